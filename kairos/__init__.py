@@ -1,0 +1,1 @@
+"""Kairos operator interface: the CLI, settings, clocks and the local stack launcher."""

@@ -1,0 +1,57 @@
+"""Clocks: the only place that reads the wall clock. Everything below takes `now`."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current instant, UTC and timezone-aware."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class FrozenClock:
+    """A clock that only moves when told to; for tests."""
+
+    def __init__(self, at: datetime) -> None:
+        self._at = at
+
+    def now(self) -> datetime:
+        return self._at
+
+    def advance(self, delta: timedelta) -> None:
+        self._at += delta
+
+
+class ScaledClock:
+    """Scheduler time running `speed` times faster than wall time, from `origin` on.
+
+    For demos and simulations: a 48-hour fleet run takes minutes at speed 600.
+    """
+
+    def __init__(self, speed: float, origin: datetime | None = None) -> None:
+        if speed <= 0:
+            raise ValueError("clock speed must be positive")
+        self.speed = speed
+        self.origin = origin or datetime.now(UTC)
+        self._started = time.monotonic()
+
+    def now(self) -> datetime:
+        elapsed = time.monotonic() - self._started
+        return self.origin + timedelta(seconds=elapsed * self.speed)
+
+    def wall_seconds(self, scheduler_seconds: float) -> float:
+        """How long to sleep in wall time for `scheduler_seconds` of scheduler time."""
+        return scheduler_seconds / self.speed
+
+
+def clock_for_speed(speed: float) -> Clock:
+    return SystemClock() if speed == 1 else ScaledClock(speed)

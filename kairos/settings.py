@@ -1,0 +1,125 @@
+"""Settings shared by the worker, the API and the CLI, read from the environment."""
+
+from __future__ import annotations
+
+import ssl
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.topics import TopicNames
+
+
+class Environment(StrEnum):
+    DEV = "dev"
+    PROD = "prod"
+
+
+class KafkaSecurityProtocol(StrEnum):
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+
+DEV_TOKEN_SECRET = "kairos-dev-secret-change-me"
+
+
+class Settings(BaseSettings):
+    """Every knob of a Kairos process. Env names are given in `docs` and the README."""
+
+    model_config = SettingsConfigDict(env_prefix="KAIROS_", extra="ignore", frozen=True)
+
+    env: Environment = Field(default=Environment.DEV, description="dev or prod.")
+    kafka_bootstrap_servers: str = Field(
+        default="127.0.0.1:9092",
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "KAIROS_KAFKA_BOOTSTRAP_SERVERS"),
+        description="Comma-separated host:port list of Kafka brokers.",
+    )
+    kafka_security_protocol: KafkaSecurityProtocol = Field(
+        default=KafkaSecurityProtocol.PLAINTEXT, description="Kafka listener protocol."
+    )
+    kafka_sasl_mechanism: str = Field(
+        default="SCRAM-SHA-512", description="SASL mechanism (SCRAM-SHA-256/512 or PLAIN)."
+    )
+    kafka_sasl_username: str | None = Field(default=None, description="SASL user name.")
+    kafka_sasl_password: SecretStr | None = Field(default=None, description="SASL password.")
+    kafka_ssl_cafile: Path | None = Field(default=None, description="CA bundle for Kafka TLS.")
+    kafka_ssl_certfile: Path | None = Field(default=None, description="Client certificate.")
+    kafka_ssl_keyfile: Path | None = Field(default=None, description="Client private key.")
+    kafka_idempotence: bool = Field(
+        default=True, description="Idempotent producers (turn off for brokers without it)."
+    )
+    database_url: str = Field(
+        default="postgresql://postgres@127.0.0.1:5432/kairos",
+        validation_alias=AliasChoices("DATABASE_URL", "KAIROS_DATABASE_URL"),
+        description="PostgreSQL DSN of the read model.",
+    )
+    topic_prefix: str = Field(default="", description="Prepended to every topic name.")
+    app_id: str = Field(default="kairos", description="Consumer group / Faust app id.")
+    partitions: int = Field(default=12, ge=1, le=1024, description="Partitions of host topics.")
+    replication_factor: int = Field(
+        default=1, ge=1, le=5, description="Replication factor of every topic Kairos creates."
+    )
+    min_insync_replicas: int | None = Field(
+        default=None, ge=1, le=5, description="min.insync.replicas for created topics."
+    )
+    clock_speed: float = Field(
+        default=1.0, gt=0, description="Scheduler time speed-up, for demos and simulations."
+    )
+    tick_seconds: float = Field(
+        default=0.1, gt=0, le=5, description="How often the due index is asked what is due."
+    )
+    connect_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=120, description="Give up reaching Kafka/PostgreSQL after this."
+    )
+    workdir: Path = Field(default=Path(".kairos/worker"), description="Worker's local data.")
+    api_host: str = Field(default="127.0.0.1", description="API bind address.")
+    api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")
+    token_secret: SecretStr = Field(
+        default=SecretStr(DEV_TOKEN_SECRET), description="Secret that signs API tokens."
+    )
+
+    @model_validator(mode="after")
+    def _refuse_default_secret_outside_dev(self) -> Settings:
+        if self.env is Environment.PROD:
+            if self.token_secret.get_secret_value() == DEV_TOKEN_SECRET:
+                raise ValueError("KAIROS_TOKEN_SECRET must be set outside dev")
+        return self
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(self.topic_prefix)
+
+    def kafka_client_options(self) -> dict[str, Any]:
+        """Security options for every aiokafka client (TLS and SASL pass straight through)."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.kafka_bootstrap_servers,
+            "security_protocol": self.kafka_security_protocol.value,
+        }
+        if self.kafka_security_protocol in (KafkaSecurityProtocol.SSL, KafkaSecurityProtocol.SASL_SSL):
+            options["ssl_context"] = self.ssl_context()
+        if self.kafka_security_protocol in (
+            KafkaSecurityProtocol.SASL_PLAINTEXT,
+            KafkaSecurityProtocol.SASL_SSL,
+        ):
+            options["sasl_mechanism"] = self.kafka_sasl_mechanism
+            options["sasl_plain_username"] = self.kafka_sasl_username
+            options["sasl_plain_password"] = (
+                self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else None
+            )
+        return options
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(
+            cafile=str(self.kafka_ssl_cafile) if self.kafka_ssl_cafile else None
+        )
+        if self.kafka_ssl_certfile:
+            context.load_cert_chain(
+                str(self.kafka_ssl_certfile),
+                str(self.kafka_ssl_keyfile) if self.kafka_ssl_keyfile else None,
+            )
+        return context

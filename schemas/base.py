@@ -1,0 +1,51 @@
+"""Shared building blocks of the Kairos message contract (v1)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+from uuid import UUID
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Timestamp = AwareDatetime
+"""RFC 3339 instant with an offset; naive datetimes are refused."""
+
+
+class Contract(BaseModel):
+    """Base of every model in the contract: immutable and strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Message(Contract):
+    """Every message on a Kairos topic carries an idempotency key and the schema version."""
+
+    event_id: UUID = Field(description="Idempotency key: a redelivered message keeps its id.")
+    schema_version: Literal[1] = Field(default=1, description="Version of this contract.")
+
+
+class ComplianceState(StrEnum):
+    UNKNOWN = "unknown"
+    CRITICAL = "critical"
+    LOW = "low"
+    PARTIAL = "partial"
+    MOSTLY_COMPLIANT = "mostly_compliant"
+    COMPLIANT = "compliant"
+    MAINTENANCE = "maintenance"
+
+
+class HostStatus(StrEnum):
+    UP = "up"
+    DOWN = "down"
+
+
+class CommandReason(StrEnum):
+    UNKNOWN = "unknown"
+    SCHEDULED = "scheduled"
+    RETRY = "retry"
+    FORCE = "force"
+    SCHEDULE = "schedule"
+    TRIGGER = "trigger"

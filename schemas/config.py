@@ -1,0 +1,73 @@
+"""The global scheduler configuration: one record, changed only by events."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from schemas.base import ComplianceState, Contract
+
+
+class SchedulerConfig(Contract):
+    """Current scheduler configuration. Defaults are the documented production defaults."""
+
+    enabled: bool = Field(default=True, description="Dispatch is paused while false.")
+    interval_unknown: int = Field(default=0, ge=0, le=2880, description="Minutes; 0 = at once.")
+    interval_critical: int = Field(default=60, ge=15, le=2880, description="Minutes.")
+    interval_low: int = Field(default=120, ge=30, le=2880, description="Minutes.")
+    interval_partial: int = Field(default=360, ge=30, le=2880, description="Minutes.")
+    interval_mostly_compliant: int = Field(default=720, ge=30, le=2880, description="Minutes.")
+    interval_compliant: int = Field(default=1440, ge=60, le=2880, description="Minutes.")
+    interval_maintenance: int = Field(default=2880, ge=60, le=2880, description="Minutes.")
+    priority_unknown: int = Field(default=10, ge=1, le=10)
+    priority_critical: int = Field(default=9, ge=1, le=10)
+    priority_low: int = Field(default=7, ge=1, le=10)
+    priority_partial: int = Field(default=6, ge=1, le=10)
+    priority_mostly_compliant: int = Field(default=4, ge=1, le=10)
+    priority_compliant: int = Field(default=3, ge=1, le=10)
+    priority_maintenance: int = Field(default=1, ge=1, le=10)
+    max_interval_minutes: int = Field(
+        default=2880, ge=1, le=2880, description="Ceiling on every interval (the 48-hour promise)."
+    )
+    max_concurrent_scans: int = Field(
+        default=5, ge=1, le=100_000, description="Global cap on commands in flight."
+    )
+    scan_timeout_seconds: int = Field(
+        default=600, ge=60, le=3600, description="A command without a result by then failed."
+    )
+    retry_delay_seconds: int = Field(
+        default=300, ge=0, le=86_400, description="Delay before retrying a failed scan."
+    )
+    initial_spread_seconds: int = Field(
+        default=0, ge=0, le=86_400, description="Spread first scans of new hosts over this window."
+    )
+    version: int = Field(default=0, ge=0, description="Bumped on every accepted change.")
+
+    def interval_minutes(self, state: ComplianceState) -> int:
+        return int(getattr(self, f"interval_{state.value}"))
+
+    def priority(self, state: ComplianceState) -> int:
+        return int(getattr(self, f"priority_{state.value}"))
+
+
+class ConfigChanges(Contract):
+    """A partial update of SchedulerConfig; every field optional, same ranges."""
+
+    interval_unknown: int | None = Field(default=None, ge=0, le=2880)
+    interval_critical: int | None = Field(default=None, ge=15, le=2880)
+    interval_low: int | None = Field(default=None, ge=30, le=2880)
+    interval_partial: int | None = Field(default=None, ge=30, le=2880)
+    interval_mostly_compliant: int | None = Field(default=None, ge=30, le=2880)
+    interval_compliant: int | None = Field(default=None, ge=60, le=2880)
+    interval_maintenance: int | None = Field(default=None, ge=60, le=2880)
+    priority_unknown: int | None = Field(default=None, ge=1, le=10)
+    priority_critical: int | None = Field(default=None, ge=1, le=10)
+    priority_low: int | None = Field(default=None, ge=1, le=10)
+    priority_partial: int | None = Field(default=None, ge=1, le=10)
+    priority_mostly_compliant: int | None = Field(default=None, ge=1, le=10)
+    priority_compliant: int | None = Field(default=None, ge=1, le=10)
+    priority_maintenance: int | None = Field(default=None, ge=1, le=10)
+    max_interval_minutes: int | None = Field(default=None, ge=1, le=2880)
+    max_concurrent_scans: int | None = Field(default=None, ge=1, le=100_000)
+    scan_timeout_seconds: int | None = Field(default=None, ge=60, le=3600)
+    retry_delay_seconds: int | None = Field(default=None, ge=0, le=86_400)
+    initial_spread_seconds: int | None = Field(default=None, ge=0, le=86_400)

@@ -1,0 +1,110 @@
+"""Messages on Kairos-internal topics, between the two worker stages."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from schemas.base import CommandReason, ComplianceState, Contract, Timestamp
+from schemas.commands import ADAPTIVE_SCANNER
+from schemas.config import SchedulerConfig
+
+# --- host signals (host-keyed, processed by the host stage) ------------------
+
+
+class HostDue(Contract):
+    """A worker's due index says this host's wake-up time has come."""
+
+    kind: Literal["host.due"] = "host.due"
+    host_id: str
+    wake_at: Timestamp
+
+
+class CommandIssued(Contract):
+    kind: Literal["command.issued"] = "command.issued"
+    host_id: str
+    command_id: str
+    issued_at: Timestamp
+    deadline: Timestamp
+
+
+class CommandTimedOut(Contract):
+    kind: Literal["command.timed_out"] = "command.timed_out"
+    host_id: str
+    command_id: str
+    deadline: Timestamp
+
+
+class HostReplanRequested(Contract):
+    """The global config changed; re-plan this host from its last completion."""
+
+    kind: Literal["host.replan"] = "host.replan"
+    host_id: str
+    config_version: int
+    initialize: bool = False
+
+
+HostSignal = Annotated[
+    HostDue | CommandIssued | CommandTimedOut | HostReplanRequested,
+    Field(discriminator="kind"),
+]
+
+# --- dispatch queue (single partition, processed by the dispatcher) ----------
+
+
+class ReleaseOutcome(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    SUPERSEDED = "superseded"
+
+
+class DispatchRequested(Contract):
+    kind: Literal["dispatch.requested"] = "dispatch.requested"
+    command_id: str
+    host_id: str
+    priority: int
+    due_at: Timestamp
+    reason: CommandReason
+    state: ComplianceState
+    attempt: int
+    scanner: str = ADAPTIVE_SCANNER
+    schedule_id: str | None = None
+    args: dict[str, Any] | None = None
+
+
+class SlotReleased(Contract):
+    kind: Literal["slot.released"] = "slot.released"
+    command_id: str
+    outcome: ReleaseOutcome
+
+
+class DispatcherWoken(Contract):
+    """Sent by the dispatcher's own timer when a deadline passed or capacity may be free."""
+
+    kind: Literal["dispatcher.woken"] = "dispatcher.woken"
+    at: Timestamp
+
+
+DispatchMessage = Annotated[
+    DispatchRequested | SlotReleased | DispatcherWoken,
+    Field(discriminator="kind"),
+]
+
+# --- scheduler control (single partition, read whole by every worker) --------
+
+
+class ConfigPublished(Contract):
+    kind: Literal["config"] = "config"
+    config: SchedulerConfig
+
+
+class InitializePublished(Contract):
+    kind: Literal["initialize"] = "initialize"
+    requested_at: Timestamp
+    event_id: str
+
+
+ControlMessage = Annotated[ConfigPublished | InitializePublished, Field(discriminator="kind")]

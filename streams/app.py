@@ -1,0 +1,442 @@
+"""The Faust worker: thin agents around the pure policy.
+
+Stage 1 (the host stage) consumes every host-keyed topic, keeps one schedule per host in the
+`hosts` table and claims a host's next command when it is due. Stage 2 (the dispatcher) owns
+the single-partition dispatch queue, so it alone enforces the fleet-wide in-flight cap.
+Nothing here is built at import time: `create_worker(settings)` wires everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from kairos.clock import Clock, clock_for_speed
+from kairos.settings import KafkaSecurityProtocol, Settings
+from schemas.commands import Rejection
+from schemas.config import SchedulerConfig
+from schemas.events import (
+    ConfigUpdated,
+    HostsInitializeRequested,
+    ObjectEvent,
+    SchedulerToggled,
+)
+from schemas.internal import (
+    CommandIssued,
+    CommandTimedOut,
+    ConfigPublished,
+    DispatcherWoken,
+    DispatchRequested,
+    HostDue,
+    HostReplanRequested,
+    InitializePublished,
+    ReleaseOutcome,
+    SlotReleased,
+)
+from schemas.state import HostSchedule, HostStateChanged
+from streams import codec
+from streams.codec import Undecodable
+from streams.due_index import DueIndex
+from streams.policy.config import apply_config_change
+from streams.policy.dispatch import DispatchQueue
+from streams.policy.host import Decision, decide, wake_at
+
+log = logging.getLogger(__name__)
+
+DISPATCH_KEY = b"dispatch"
+CONTROL_KEY = b"config"
+
+
+class KairosWorker:
+    """One worker process: the Faust app plus the in-memory indexes it rebuilds on assignment."""
+
+    def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or clock_for_speed(settings.clock_speed)
+        self.names = settings.topics
+        self.config = SchedulerConfig()
+        self._last_published_config: SchedulerConfig | None = None
+        self.config_ready = asyncio.Event()
+        self.due_index = DueIndex()
+        self.dispatch_queue = DispatchQueue()
+        self.counters: Counter[str] = Counter()
+        self._dispatcher_woken_pending = False
+        self.app = self._build_app()
+
+    # --- wiring ---------------------------------------------------------------------
+    def _build_app(self) -> faust.App:
+        settings = self.settings
+        app = faust.App(
+            f"{settings.topic_prefix}{settings.app_id}",
+            broker=[f"kafka://{server}" for server in settings.kafka_bootstrap_servers.split(",")],
+            store="memory://",
+            autodiscover=False,
+            web_enabled=False,  # Never expose Faust's table-browsing endpoints.
+            topic_partitions=settings.partitions,
+            topic_replication_factor=settings.replication_factor,
+            producer_acks=-1,
+            consumer_auto_offset_reset="earliest",
+            broker_session_timeout=15.0,
+            broker_heartbeat_interval=3.0,
+            broker_commit_interval=1.0,
+            table_standby_replicas=0,
+            **self._faust_security(),
+        )
+        raw = {"key_serializer": "raw", "value_serializer": "raw"}
+        names = self.names
+        self.host_inputs = app.topic(
+            names.object_created,
+            names.schedule_changes,
+            names.scan_completed,
+            names.host_signals,
+            **raw,
+        )
+        self.host_signals = app.topic(names.host_signals, **raw)
+        self.dispatch_topic = app.topic(names.dispatch_queue, partitions=1, **raw)
+        self.scan_commands = app.topic(names.scan_commands, **raw)
+        self.dead_letters = app.topic(names.dead_letters, **raw)
+        self.host_state = app.topic(names.host_state, **raw)
+        self.control = app.topic(names.scheduler_control, partitions=1, **raw)
+
+        table_schema = faust.Schema(key_type=str, value_type=bytes, **raw)
+        self.hosts = app.Table("hosts", partitions=settings.partitions, schema=table_schema)
+        self.dispatcher_table = app.Table("dispatcher", partitions=1, schema=table_schema)
+        self.hosts.on_recover(self._rebuild_due_index)
+        self.dispatcher_table.on_recover(self._rebuild_dispatch_queue)
+
+        app.agent(self.host_inputs, name="host-stage", concurrency=1)(self._host_stage)
+        app.agent(self.dispatch_topic, name="dispatcher", concurrency=1)(self._dispatcher)
+        app.timer(settings.tick_seconds, name="due-tick")(self._tick)
+        app.task(self._follow_control)
+        return app
+
+    def _faust_security(self) -> dict[str, Any]:
+        settings = self.settings
+        protocol = settings.kafka_security_protocol
+        if protocol is KafkaSecurityProtocol.PLAINTEXT:
+            return {}
+        ssl_context = settings.ssl_context() if "SSL" in protocol.value else None
+        if "SASL" in protocol.value:
+            password = settings.kafka_sasl_password
+            credentials = faust.SASLCredentials(
+                username=settings.kafka_sasl_username,
+                password=password.get_secret_value() if password else None,
+                mechanism=settings.kafka_sasl_mechanism,
+                ssl_context=ssl_context,
+            )
+            return {"broker_credentials": credentials}
+        return {"broker_credentials": faust.SSLCredentials(ssl_context)}
+
+    # --- stage 1: hosts -----------------------------------------------------------------
+    async def _host_stage(self, stream: Any) -> None:
+        await self.config_ready.wait()
+        async for event in stream.events():
+            message = event.message
+            await self.handle_host_message(
+                message.topic, message.partition, message.offset, message.key, event.value
+            )
+
+    async def handle_host_message(
+        self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None
+    ) -> None:
+        try:
+            parsed = codec.decode(self._adapter_for(topic), raw)
+            host_id = self._host_id_of(parsed)
+        except Undecodable as error:
+            await self._dead_letter(topic, partition, offset, key, raw, str(error))
+            return
+        if isinstance(parsed, ConfigUpdated | SchedulerToggled | HostsInitializeRequested):
+            await self._change_global(parsed, topic, partition, offset, key, raw)
+            return
+        if key is None or key.decode("utf-8", "replace") != host_id:
+            reason = f"key {key!r} must equal the host id {host_id!r} (host-keyed topic)"
+            if not isinstance(parsed, ObjectEvent) or parsed.object_type == "host":
+                await self._dead_letter(topic, partition, offset, key, raw, reason)
+                return
+        stored = self.hosts.get(host_id)
+        schedule = HostSchedule.model_validate_json(stored) if stored else None
+        decision = decide(schedule, parsed, now=self.clock.now(), config=self.config)
+        await self._apply(host_id, schedule, decision)
+
+    def _adapter_for(self, topic: str) -> Any:
+        names = self.names
+        return {
+            names.object_created: codec.object_event,
+            names.schedule_changes: codec.schedule_change,
+            names.scan_completed: codec.scan_completed,
+            names.host_signals: codec.host_signal,
+        }[topic]
+
+    @staticmethod
+    def _host_id_of(parsed: Any) -> str:
+        if isinstance(parsed, ObjectEvent):
+            return parsed.object_id
+        return str(getattr(parsed, "host_id", ""))
+
+    async def _apply(
+        self, host_id: str, before: HostSchedule | None, decision: Decision
+    ) -> None:
+        if decision.ignored:
+            self.counters[f"ignored_{decision.ignored}"] += 1
+        after = decision.schedule
+        if decision.changed:
+            if after is None:
+                self.hosts.pop(host_id, None)
+            else:
+                self.hosts[host_id] = after.model_dump_json().encode()
+            if after is None or before is None or after.version != before.version:
+                change = HostStateChanged(
+                    host_id=host_id,
+                    version=after.version if after else (before.version + 1 if before else 0),
+                    schedule=after,
+                    changed_at=self.clock.now(),
+                )
+                await self.host_state.send(key=host_id.encode(), value=codec.encode(change))
+        for request in decision.dispatch:
+            await self.dispatch_topic.send(key=DISPATCH_KEY, value=codec.encode(request))
+        for release in decision.releases:
+            await self.dispatch_topic.send(key=DISPATCH_KEY, value=codec.encode(release))
+        self.due_index.set(host_id, wake_at(after, self.config) if after else None)
+
+    async def _change_global(
+        self,
+        change: ConfigUpdated | SchedulerToggled | HostsInitializeRequested,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        raw: bytes | None,
+    ) -> None:
+        if isinstance(change, HostsInitializeRequested):
+            published: Any = InitializePublished(
+                requested_at=change.occurred_at, event_id=str(change.event_id)
+            )
+        else:
+            base = self.config
+            last = self._last_published_config
+            if last is not None and last.version > base.version:
+                base = last
+            result = apply_config_change(base, change)
+            if isinstance(result, Rejection):
+                await self._dead_letter(topic, partition, offset, key, raw, result.reason)
+                return
+            self._last_published_config = result
+            published = ConfigPublished(config=result)
+        await self.control.send(key=CONTROL_KEY, value=codec.encode(published))
+
+    def _rebuild_due_index(self) -> Any:
+        async def rebuild() -> None:
+            self.due_index.clear()
+            for host_id, stored in list(self.hosts.items()):
+                schedule = HostSchedule.model_validate_json(stored)
+                self.due_index.set(host_id, wake_at(schedule, self.config))
+                if schedule.in_flight is not None and schedule.in_flight.issued_at is None:
+                    # Claimed but maybe never reached the dispatcher: ask again (it dedupes).
+                    await self._request_again(schedule)
+            log.info("due index rebuilt: %d hosts", len(self.due_index))
+
+        return rebuild()
+
+    async def _request_again(self, schedule: HostSchedule) -> None:
+        assert schedule.in_flight is not None
+        in_flight = schedule.in_flight
+        request = DispatchRequested(
+            command_id=in_flight.command_id,
+            host_id=schedule.host_id,
+            priority=in_flight.priority,
+            due_at=in_flight.due_at,
+            reason=in_flight.reason,
+            state=schedule.state,
+            attempt=in_flight.attempt,
+        )
+        await self.dispatch_topic.send(key=DISPATCH_KEY, value=codec.encode(request))
+
+    # --- stage 2: the dispatcher ----------------------------------------------------------
+    async def _dispatcher(self, stream: Any) -> None:
+        await self.config_ready.wait()
+        async for event in stream.events():
+            message = event.message
+            try:
+                parsed = codec.decode(codec.dispatch_message, event.value)
+            except Undecodable as error:
+                await self._dead_letter(
+                    message.topic, message.partition, message.offset, message.key,
+                    event.value, str(error),
+                )
+                continue
+            await self.handle_dispatch_message(parsed)
+
+    async def handle_dispatch_message(self, parsed: Any) -> None:
+        queue = self.dispatch_queue
+        table = self.dispatcher_table
+        now = self.clock.now()
+        if isinstance(parsed, DispatchRequested):
+            if queue.request(parsed):
+                table[parsed.command_id] = codec.dumps({"request": parsed.model_dump(mode="json")})
+        elif isinstance(parsed, SlotReleased):
+            queue.release(parsed.command_id, parsed.outcome)
+            table.pop(parsed.command_id, None)
+        elif isinstance(parsed, DispatcherWoken):
+            self._dispatcher_woken_pending = False
+        for expired in queue.expire(now):
+            table.pop(expired.command_id, None)
+            self.counters["commands_timed_out"] += 1
+            timed_out = CommandTimedOut(
+                host_id=expired.host_id,
+                command_id=expired.command_id,
+                deadline=now,
+            )
+            await self.host_signals.send(key=expired.host_id.encode(), value=codec.encode(timed_out))
+        issued = queue.issue(
+            now=now,
+            cap=self.config.max_concurrent_scans,
+            timeout=timedelta(seconds=self.config.scan_timeout_seconds),
+        )
+        for item in issued:
+            command = item.command
+            key = command.host_id.encode()
+            await self.scan_commands.send(key=key, value=codec.encode(command))
+            table[command.command_id] = codec.dumps(
+                {
+                    "request": item.request.model_dump(mode="json"),
+                    "deadline": command.deadline.isoformat(),
+                }
+            )
+            notice = CommandIssued(
+                host_id=command.host_id,
+                command_id=command.command_id,
+                issued_at=command.issued_at,
+                deadline=command.deadline,
+            )
+            await self.host_signals.send(key=key, value=codec.encode(notice))
+        self.counters["commands_issued"] += len(issued)
+
+    def _rebuild_dispatch_queue(self) -> Any:
+        async def rebuild() -> None:
+            import json
+            from datetime import datetime
+
+            queue = DispatchQueue()
+            for _, stored in list(self.dispatcher_table.items()):
+                entry = json.loads(stored)
+                request = DispatchRequested.model_validate(entry["request"])
+                if "deadline" in entry:
+                    queue.restore_in_flight(request, datetime.fromisoformat(entry["deadline"]))
+                else:
+                    queue.request(request)
+            self.dispatch_queue = queue
+            log.info(
+                "dispatch queue rebuilt: %d waiting, %d in flight",
+                queue.waiting_count,
+                queue.in_flight_count,
+            )
+
+        return rebuild()
+
+    def owns_dispatcher(self) -> bool:
+        actives = self.app.assignor.assigned_actives()
+        return any(tp.topic == self.names.dispatch_queue for tp in actives)
+
+    # --- time --------------------------------------------------------------------------
+    async def _tick(self) -> None:
+        if not self.config_ready.is_set():
+            return
+        now = self.clock.now()
+        for host_id, woke_at in self.due_index.pop_due(now):
+            signal = HostDue(host_id=host_id, wake_at=woke_at)
+            await self.host_signals.send(key=host_id.encode(), value=codec.encode(signal))
+        if self._dispatcher_woken_pending or not self.owns_dispatcher():
+            return
+        queue = self.dispatch_queue
+        deadline = queue.next_deadline()
+        capacity_free = queue.waiting_count and queue.in_flight_count < self.config.max_concurrent_scans
+        if capacity_free or (deadline is not None and deadline <= now):
+            self._dispatcher_woken_pending = True
+            woken = DispatcherWoken(at=now)
+            await self.dispatch_topic.send(key=DISPATCH_KEY, value=codec.encode(woken))
+
+    # --- configuration ------------------------------------------------------------------
+    async def _follow_control(self) -> None:
+        """Read the control topic from the start; every worker sees every config change."""
+        consumer = AIOKafkaConsumer(
+            **self.settings.kafka_client_options(), enable_auto_commit=False, group_id=None
+        )
+        await consumer.start()
+        try:
+            partition = TopicPartition(self.names.scheduler_control, 0)
+            consumer.assign([partition])
+            await consumer.seek_to_beginning(partition)
+            end = (await consumer.end_offsets([partition]))[partition]
+            caught_up = end == 0
+            if caught_up:
+                self.config_ready.set()
+            while True:
+                batches = await consumer.getmany(partition, timeout_ms=500)
+                for record in batches.get(partition, []):
+                    await self._on_control(record.value, live=caught_up)
+                position = await consumer.position(partition)
+                if not caught_up and position >= end:
+                    caught_up = True
+                    self.config_ready.set()
+                    log.info("scheduler config v%d loaded", self.config.version)
+        finally:
+            await consumer.stop()
+
+    async def _on_control(self, raw: bytes | None, *, live: bool) -> None:
+        try:
+            message = codec.decode(codec.control_message, raw)
+        except Undecodable:
+            log.warning("unreadable record on the control topic skipped")
+            return
+        if isinstance(message, ConfigPublished):
+            if message.config.version <= self.config.version:
+                return
+            self.config = message.config
+            if live:
+                await self._replan_local_hosts(initialize=False)
+        elif isinstance(message, InitializePublished) and live:
+            await self._replan_local_hosts(initialize=True)
+
+    async def _replan_local_hosts(self, *, initialize: bool) -> None:
+        version = self.config.version
+        for host_id in list(self.hosts.keys()):
+            signal = HostReplanRequested(
+                host_id=host_id, config_version=version, initialize=initialize
+            )
+            await self.host_signals.send(key=host_id.encode(), value=codec.encode(signal))
+
+    # --- errors -------------------------------------------------------------------------
+    async def _dead_letter(
+        self,
+        topic: str,
+        partition: int | None,
+        offset: int | None,
+        key: bytes | None,
+        raw: bytes | None,
+        reason: str,
+    ) -> None:
+        self.counters["dead_letters"] += 1
+        letter = codec.dead_letter(
+            source_topic=topic,
+            partition=partition,
+            offset=offset,
+            key=key,
+            raw=raw,
+            error=reason,
+            received_at=self.clock.now(),
+        )
+        log.warning("dead letter from %s[%s]@%s: %s", topic, partition, offset, reason)
+        await self.dead_letters.send(key=key, value=codec.encode(letter))
+
+
+def create_worker(settings: Settings, clock: Clock | None = None) -> KairosWorker:
+    return KairosWorker(settings, clock)
+
+
+__all__ = ["KairosWorker", "ReleaseOutcome", "create_worker"]

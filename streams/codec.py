@@ -1,0 +1,78 @@
+"""Bytes on the wire <-> contract models; anything undecodable becomes a dead letter."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from schemas.commands import DeadLetter
+from schemas.events import ObjectEvent, ScanCompleted, ScheduleChange
+from schemas.internal import ControlMessage, DispatchMessage, HostSignal
+from streams.policy.ids import message_id
+
+RAW_KEPT_CHARS = 10_000
+
+object_event = TypeAdapter(ObjectEvent)
+schedule_change: TypeAdapter[Any] = TypeAdapter(ScheduleChange)
+scan_completed = TypeAdapter(ScanCompleted)
+host_signal: TypeAdapter[Any] = TypeAdapter(HostSignal)
+dispatch_message: TypeAdapter[Any] = TypeAdapter(DispatchMessage)
+control_message: TypeAdapter[Any] = TypeAdapter(ControlMessage)
+
+
+class Undecodable(ValueError):
+    """The bytes are not a valid message for their topic; `str(error)` is the reason."""
+
+
+def decode(adapter: TypeAdapter[Any], raw: bytes | None) -> Any:
+    if raw is None:
+        raise Undecodable("empty value (tombstone) where a message was expected")
+    try:
+        return adapter.validate_json(raw)
+    except ValidationError as error:
+        raise Undecodable(_describe(error)) from None
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors(include_url=False)[:10]:
+        where = ".".join(str(part) for part in item["loc"]) or "message"
+        problems.append(f"{where}: {item['msg']}")
+    if any(item["type"] == "json_invalid" for item in error.errors()):
+        return "not valid JSON: " + "; ".join(problems)
+    return "schema validation failed: " + "; ".join(problems)
+
+
+def encode(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode()
+
+
+def dead_letter(
+    *,
+    source_topic: str,
+    partition: int | None,
+    offset: int | None,
+    key: bytes | None,
+    raw: bytes | None,
+    error: str,
+    received_at: datetime,
+) -> DeadLetter:
+    text_key = key.decode("utf-8", "replace") if key is not None else None
+    identity = f"{source_topic}/{partition}/{offset}"
+    return DeadLetter(
+        event_id=message_id("dead-letter", identity),
+        source_topic=source_topic,
+        partition=partition,
+        offset=offset,
+        key=text_key,
+        error=error[:2000],
+        raw=(raw or b"").decode("utf-8", "replace")[:RAW_KEPT_CHARS],
+        received_at=received_at,
+    )
+
+
+def dumps(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()

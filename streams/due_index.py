@@ -1,0 +1,47 @@
+"""Which hosts wake up when: a heap with lazy deletion, so a tick costs O(due), not O(hosts)."""
+
+from __future__ import annotations
+
+import heapq
+from datetime import datetime
+
+
+class DueIndex:
+    """Wake-up times of the hosts this worker owns. Rebuilt on every partition assignment."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[datetime, str]] = []
+        self._wake_at: dict[str, datetime] = {}
+
+    def __len__(self) -> int:
+        return len(self._wake_at)
+
+    def set(self, host_id: str, wake_at: datetime | None) -> None:
+        """Schedule `host_id` to wake at `wake_at`; None removes it."""
+        if wake_at is None:
+            self._wake_at.pop(host_id, None)
+            return
+        if self._wake_at.get(host_id) == wake_at:
+            return
+        self._wake_at[host_id] = wake_at
+        heapq.heappush(self._heap, (wake_at, host_id))
+
+    def pop_due(self, now: datetime, limit: int = 10_000) -> list[tuple[str, datetime]]:
+        """Remove and return up to `limit` hosts whose wake-up time is at or before `now`."""
+        due: list[tuple[str, datetime]] = []
+        while self._heap and self._heap[0][0] <= now and len(due) < limit:
+            wake_at, host_id = heapq.heappop(self._heap)
+            if self._wake_at.get(host_id) != wake_at:
+                continue  # Superseded by a later set().
+            del self._wake_at[host_id]
+            due.append((host_id, wake_at))
+        return due
+
+    def next_wake(self) -> datetime | None:
+        while self._heap and self._wake_at.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._wake_at.clear()

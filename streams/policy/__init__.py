@@ -1,0 +1,1 @@
+"""Scheduling policy: pure functions over plain data. No Kafka, no SQL, no clock reads."""

@@ -1,0 +1,146 @@
+"""The global dispatch queue: releases claimed commands under one fleet-wide cap.
+
+Exactly one worker owns the queue at a time (its topic has one partition), so the cap
+needs no lock. The queue is plain in-memory data rebuilt from the dispatcher table.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from schemas.commands import ScanCommand
+from schemas.internal import DispatchRequested, ReleaseOutcome
+from streams.policy.ids import message_id
+
+RECENTLY_RELEASED_KEPT = 100_000
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A command released to the scanners, with the request it came from."""
+
+    request: DispatchRequested
+    command: ScanCommand
+
+
+class DispatchQueue:
+    """Waiting requests ordered by (priority desc, due asc) and the set in flight.
+
+    Idempotent: a request for a command already waiting, in flight or recently released is
+    absorbed (a waiting one may be raised in priority), so replays never double-issue.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, DispatchRequested] = {}
+        self._heap: list[tuple[int, datetime, int, str]] = []
+        self._in_flight: dict[str, tuple[DispatchRequested, datetime]] = {}
+        self._deadlines: list[tuple[datetime, str]] = []
+        self._released: OrderedDict[str, None] = OrderedDict()
+        self._sequence = 0
+
+    # --- queries ---
+    @property
+    def waiting_count(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
+
+    def in_flight_ids(self) -> set[str]:
+        return set(self._in_flight)
+
+    def next_deadline(self) -> datetime | None:
+        self._drop_stale_deadlines()
+        return self._deadlines[0][0] if self._deadlines else None
+
+    # --- changes ---
+    def request(self, request: DispatchRequested) -> bool:
+        """Queue `request`; False when it was absorbed as a duplicate."""
+        command = request.command_id
+        if command in self._in_flight or command in self._released:
+            return False
+        current = self._waiting.get(command)
+        if current is not None and current.priority >= request.priority:
+            return False
+        self._waiting[command] = request
+        self._sequence += 1
+        heapq.heappush(self._heap, (-request.priority, request.due_at, self._sequence, command))
+        return True
+
+    def restore_in_flight(self, request: DispatchRequested, deadline: datetime) -> None:
+        """Recovery: a command that was issued before the queue's owner changed."""
+        self._waiting.pop(request.command_id, None)
+        self._in_flight[request.command_id] = (request, deadline)
+        heapq.heappush(self._deadlines, (deadline, request.command_id))
+
+    def release(self, command_id: str, outcome: ReleaseOutcome) -> bool:
+        """Free the slot of `command_id` (or drop it if still waiting); False if unknown."""
+        known = self._in_flight.pop(command_id, None) is not None
+        known = self._waiting.pop(command_id, None) is not None or known
+        self._remember_released(command_id)
+        return known
+
+    def expire(self, now: datetime) -> list[DispatchRequested]:
+        """Commands whose deadline has passed: their slots are freed."""
+        expired: list[DispatchRequested] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, command = heapq.heappop(self._deadlines)
+            entry = self._in_flight.get(command)
+            if entry is None or entry[1] != deadline:
+                continue
+            del self._in_flight[command]
+            self._remember_released(command)
+            expired.append(entry[0])
+        return expired
+
+    def issue(self, *, now: datetime, cap: int, timeout: timedelta) -> list[Issued]:
+        """Release waiting commands in priority order while fewer than `cap` are in flight."""
+        issued: list[Issued] = []
+        while self._heap and len(self._in_flight) < cap:
+            negative_priority, _, _, command = heapq.heappop(self._heap)
+            request = self._waiting.get(command)
+            if request is None or request.priority != -negative_priority:
+                continue  # Released, or re-queued with a higher priority.
+            del self._waiting[command]
+            deadline = now + timeout
+            self._in_flight[command] = (request, deadline)
+            heapq.heappush(self._deadlines, (deadline, command))
+            issued.append(Issued(request, _command_for(request, issued_at=now, deadline=deadline)))
+        return issued
+
+    # --- internals ---
+    def _remember_released(self, command_id: str) -> None:
+        self._released[command_id] = None
+        self._released.move_to_end(command_id)
+        while len(self._released) > RECENTLY_RELEASED_KEPT:
+            self._released.popitem(last=False)
+
+    def _drop_stale_deadlines(self) -> None:
+        while self._deadlines:
+            deadline, command = self._deadlines[0]
+            entry = self._in_flight.get(command)
+            if entry is not None and entry[1] == deadline:
+                return
+            heapq.heappop(self._deadlines)
+
+
+def _command_for(request: DispatchRequested, *, issued_at: datetime, deadline: datetime) -> ScanCommand:
+    return ScanCommand(
+        event_id=message_id("scan-command", request.command_id),
+        command_id=request.command_id,
+        host_id=request.host_id,
+        scanner=request.scanner,
+        priority=request.priority,
+        reason=request.reason,
+        state=request.state,
+        due_at=request.due_at,
+        issued_at=issued_at,
+        deadline=deadline,
+        attempt=request.attempt,
+        schedule_id=request.schedule_id,
+        args=request.args,
+    )

@@ -1,0 +1,413 @@
+"""The adaptive schedule of one host: every input folds into a new state plus outputs.
+
+`decide(schedule, event, now=..., config=...)` is the single entry point. It never raises
+for a business reason: inputs that change nothing come back as an `ignored` reason, which
+the worker counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from schemas.base import CommandReason, ComplianceState, HostStatus
+from schemas.commands import ADAPTIVE_SCANNER
+from schemas.config import SchedulerConfig
+from schemas.events import (
+    ERROR_MAX_CHARS,
+    HostMaintenanceSet,
+    HostScanRequested,
+    HostStatusChanged,
+    ObjectEvent,
+    Operation,
+    ScanCompleted,
+    ScanStatus,
+)
+from schemas.internal import (
+    CommandIssued,
+    CommandTimedOut,
+    DispatchRequested,
+    HostDue,
+    HostReplanRequested,
+    ReleaseOutcome,
+    SlotReleased,
+)
+from schemas.state import HostSchedule, InFlightCommand
+from streams.policy.compliance import compliance_state, interval, interval_minutes
+from streams.policy.ids import command_id, spread_offset_seconds
+
+HOST_OBJECT_TYPE = "host"
+FORCE_PRIORITY = 10
+RECENT_EVENT_IDS_KEPT = 16
+
+HostInput = (
+    ObjectEvent
+    | HostMaintenanceSet
+    | HostScanRequested
+    | HostStatusChanged
+    | ScanCompleted
+    | HostDue
+    | CommandIssued
+    | CommandTimedOut
+    | HostReplanRequested
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one input did to one host.
+
+    `schedule` is the state after the input (None: the host does not exist or was deleted);
+    `changed` says whether it must be stored and emitted.
+    """
+
+    schedule: HostSchedule | None
+    changed: bool = False
+    dispatch: Sequence[DispatchRequested] = ()
+    releases: Sequence[SlotReleased] = ()
+    ignored: str | None = None
+
+
+@dataclass
+class _Draft:
+    """Mutable working copy used inside one decision."""
+
+    values: dict[str, Any]
+    dispatch: list[DispatchRequested] = field(default_factory=list)
+    releases: list[SlotReleased] = field(default_factory=list)
+
+
+def decide(
+    schedule: HostSchedule | None,
+    event: HostInput,
+    *,
+    now: datetime,
+    config: SchedulerConfig,
+) -> Decision:
+    """Fold `event` into `schedule` at instant `now` under `config`."""
+    event_id = getattr(event, "event_id", None)
+    if schedule is not None and event_id is not None:
+        if str(event_id) in schedule.recent_event_ids:
+            return Decision(schedule, ignored="duplicate_event")
+
+    if isinstance(event, ObjectEvent):
+        return _on_object_event(schedule, event, now=now, config=config)
+    if schedule is None:
+        return Decision(None, ignored="unknown_host")
+
+    draft = _Draft(values=schedule.model_dump())
+    _expire_maintenance(draft, now)
+    ignored: str | None = None
+    match event:
+        case HostMaintenanceSet():
+            _set_maintenance(draft, event, now=now, config=config)
+        case HostScanRequested():
+            ignored = _request_force(draft, now=now)
+        case HostStatusChanged():
+            if event.is_active is not None:
+                draft.values["is_active"] = event.is_active
+            if event.status is not None:
+                draft.values["status"] = event.status
+        case ScanCompleted():
+            ignored = _record_result(draft, event, now=now, config=config)
+        case CommandIssued():
+            ignored = _record_issue(draft, event)
+        case CommandTimedOut():
+            ignored = _record_timeout(draft, event, now=now, config=config)
+        case HostReplanRequested():
+            _replan(draft, event, now=now, config=config)
+        case HostDue():
+            pass  # Only the common tail below: expire maintenance, claim if due.
+
+    _claim_if_due(draft, now=now, config=config)
+    return _finish(schedule, draft, event_id=event_id, now=now, ignored=ignored)
+
+
+def wake_at(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:
+    """When the due index must look at this host again; None: only an event can wake it."""
+    if schedule.in_flight is not None:
+        return None  # The dispatcher owns the deadline; a result or timeout will come.
+    if schedule.force_requested:
+        return schedule.next_scheduled_scan
+    if not (config.enabled and schedule.is_active and schedule.status is HostStatus.UP):
+        return None
+    if schedule.maintenance_mode:
+        if schedule.maintenance_until is None:
+            return None
+        return max(schedule.next_scheduled_scan, schedule.maintenance_until)
+    return schedule.next_scheduled_scan
+
+
+def is_overdue(schedule: HostSchedule, *, now: datetime, config: SchedulerConfig) -> bool:
+    """An active host outside maintenance, unscanned for longer than the ceiling allows."""
+    if schedule.maintenance_mode or not schedule.is_active:
+        return False
+    ceiling = timedelta(minutes=config.max_interval_minutes)
+    last = schedule.last_scan_completed or schedule.created_at
+    return now - last > ceiling and schedule.next_scheduled_scan <= now
+
+
+# --- inputs ---------------------------------------------------------------------
+
+
+def _on_object_event(
+    schedule: HostSchedule | None, event: ObjectEvent, *, now: datetime, config: SchedulerConfig
+) -> Decision:
+    if event.object_type != HOST_OBJECT_TYPE:
+        return Decision(schedule, ignored="not_a_host")
+    if event.operation is Operation.DELETED:
+        if schedule is None:
+            return Decision(None, ignored="unknown_host")
+        releases = []
+        if schedule.in_flight is not None:
+            releases.append(
+                SlotReleased(
+                    command_id=schedule.in_flight.command_id, outcome=ReleaseOutcome.SUPERSEDED
+                )
+            )
+        return Decision(None, changed=True, releases=releases)
+
+    attributes = event.attributes
+    if schedule is None:
+        first_due = now + timedelta(
+            seconds=spread_offset_seconds(event.object_id, config.initial_spread_seconds)
+        )
+        draft = _Draft(
+            values=HostSchedule(
+                host_id=event.object_id,
+                version=0,
+                state=ComplianceState.UNKNOWN,
+                compliance_state=ComplianceState.UNKNOWN,
+                current_interval_minutes=interval_minutes(ComplianceState.UNKNOWN, config),
+                next_scheduled_scan=first_due,
+                scan_priority=config.priority(ComplianceState.UNKNOWN),
+                is_active=attributes.is_active,
+                status=attributes.status,
+                attributes=attributes,
+                created_at=now,
+                updated_at=now,
+            ).model_dump()
+        )
+        _claim_if_due(draft, now=now, config=config)
+        return _finish(None, draft, event_id=event.event_id, now=now, ignored=None)
+
+    draft = _Draft(values=schedule.model_dump())
+    draft.values["attributes"] = attributes.model_dump()
+    draft.values["is_active"] = attributes.is_active
+    draft.values["status"] = attributes.status
+    _expire_maintenance(draft, now)
+    _claim_if_due(draft, now=now, config=config)
+    return _finish(schedule, draft, event_id=event.event_id, now=now, ignored=None)
+
+
+def _set_maintenance(
+    draft: _Draft, event: HostMaintenanceSet, *, now: datetime, config: SchedulerConfig
+) -> None:
+    values = draft.values
+    if event.enabled:
+        values["maintenance_mode"] = True
+        values["maintenance_until"] = (
+            now + timedelta(hours=event.duration_hours) if event.duration_hours else None
+        )
+        values["state"] = ComplianceState.MAINTENANCE
+    else:
+        _leave_maintenance(draft)
+
+
+def _request_force(draft: _Draft, *, now: datetime) -> str | None:
+    values = draft.values
+    if not values["is_active"] or values["status"] is HostStatus.DOWN:
+        return "host_not_scannable"
+    in_flight = values["in_flight"]
+    if in_flight is None:
+        values["force_requested"] = True
+        values["next_scheduled_scan"] = min(values["next_scheduled_scan"], now)
+        return None
+    if in_flight["issued_at"] is None:
+        # Still waiting for a slot: move the same command to the front of the queue.
+        in_flight["reason"] = CommandReason.FORCE
+        in_flight["priority"] = FORCE_PRIORITY
+        draft.dispatch.append(_dispatch_request(values, in_flight))
+        return None
+    values["force_requested"] = True  # Runs right after the command in flight completes.
+    return None
+
+
+def _record_result(
+    draft: _Draft, result: ScanCompleted, *, now: datetime, config: SchedulerConfig
+) -> str | None:
+    values = draft.values
+    in_flight = values["in_flight"]
+    if in_flight is None or in_flight["command_id"] != result.command_id:
+        return "stale_result"
+    if result.scanner != ADAPTIVE_SCANNER:
+        return "foreign_scanner"
+    values["in_flight"] = None
+    if result.status is ScanStatus.SUCCEEDED:
+        state = compliance_state(result)
+        values["compliance_state"] = state
+        if not values["maintenance_mode"]:
+            values["state"] = state
+        values["score"] = result.score
+        values["current_interval_minutes"] = interval_minutes(state, config)
+        values["scan_priority"] = config.priority(state)
+        values["next_scheduled_scan"] = result.completed_at + interval(state, config)
+        values["consecutive_scan_failures"] = 0
+        values["last_scan_completed"] = result.completed_at
+        values["last_scan_id"] = result.scan_id
+        values["last_error"] = None
+        values["due_instance"] += 1
+        values["attempt"] = 1
+        outcome = ReleaseOutcome.COMPLETED
+    else:
+        _schedule_retry(draft, error=result.error or "scan failed", now=now, config=config)
+        outcome = ReleaseOutcome.FAILED
+    draft.releases.append(SlotReleased(command_id=result.command_id, outcome=outcome))
+    if values["force_requested"]:
+        values["next_scheduled_scan"] = now
+    return None
+
+
+def _record_issue(draft: _Draft, issued: CommandIssued) -> str | None:
+    in_flight = draft.values["in_flight"]
+    if in_flight is None or in_flight["command_id"] != issued.command_id:
+        return "stale_issue"
+    if in_flight["issued_at"] is not None:
+        return "duplicate_issue"
+    in_flight["issued_at"] = issued.issued_at
+    in_flight["deadline"] = issued.deadline
+    return None
+
+
+def _record_timeout(
+    draft: _Draft, timeout: CommandTimedOut, *, now: datetime, config: SchedulerConfig
+) -> str | None:
+    in_flight = draft.values["in_flight"]
+    if in_flight is None or in_flight["command_id"] != timeout.command_id:
+        return "stale_timeout"
+    draft.values["in_flight"] = None
+    _schedule_retry(draft, error="scan timed out: no result by the deadline", now=now, config=config)
+    if draft.values["force_requested"]:
+        draft.values["next_scheduled_scan"] = now
+    return None
+
+
+def _replan(
+    draft: _Draft, replan: HostReplanRequested, *, now: datetime, config: SchedulerConfig
+) -> None:
+    values = draft.values
+    state: ComplianceState = values["compliance_state"]
+    values["current_interval_minutes"] = interval_minutes(state, config)
+    values["scan_priority"] = config.priority(state)
+    if values["in_flight"] is not None:
+        return
+    if replan.initialize and values["last_scan_completed"] is None:
+        values["next_scheduled_scan"] = now
+    elif values["last_scan_completed"] is not None and values["consecutive_scan_failures"] == 0:
+        values["next_scheduled_scan"] = values["last_scan_completed"] + interval(state, config)
+
+
+# --- shared steps -----------------------------------------------------------------
+
+
+def _schedule_retry(draft: _Draft, *, error: str, now: datetime, config: SchedulerConfig) -> None:
+    values = draft.values
+    values["consecutive_scan_failures"] += 1
+    values["attempt"] += 1
+    values["last_error"] = error[:ERROR_MAX_CHARS]
+    values["next_scheduled_scan"] = now + timedelta(seconds=config.retry_delay_seconds)
+
+
+def _expire_maintenance(draft: _Draft, now: datetime) -> None:
+    until = draft.values["maintenance_until"]
+    if draft.values["maintenance_mode"] and until is not None and until <= now:
+        _leave_maintenance(draft)
+
+
+def _leave_maintenance(draft: _Draft) -> None:
+    draft.values["maintenance_mode"] = False
+    draft.values["maintenance_until"] = None
+    draft.values["state"] = draft.values["compliance_state"]
+
+
+def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> None:
+    """Claim the host's next command when it is due; the dispatcher applies the global cap."""
+    values = draft.values
+    if values["in_flight"] is not None:
+        return
+    if not values["is_active"] or values["status"] is HostStatus.DOWN:
+        return
+    if values["next_scheduled_scan"] > now:
+        return
+    forced = values["force_requested"]
+    if not forced and (not config.enabled or values["maintenance_mode"]):
+        return
+    if forced:
+        reason, priority, due_at = CommandReason.FORCE, FORCE_PRIORITY, now
+    else:
+        priority, due_at = values["scan_priority"], values["next_scheduled_scan"]
+        if values["attempt"] > 1:
+            reason = CommandReason.RETRY
+        elif values["compliance_state"] is ComplianceState.UNKNOWN:
+            reason = CommandReason.UNKNOWN
+        else:
+            reason = CommandReason.SCHEDULED
+    in_flight = InFlightCommand(
+        command_id=command_id(values["host_id"], values["due_instance"], values["attempt"]),
+        reason=reason,
+        priority=priority,
+        due_at=due_at,
+        attempt=values["attempt"],
+        claimed_at=now,
+    ).model_dump()
+    values["in_flight"] = in_flight
+    values["force_requested"] = False
+    draft.dispatch.append(_dispatch_request(values, in_flight))
+
+
+def _dispatch_request(values: dict[str, Any], in_flight: dict[str, Any]) -> DispatchRequested:
+    return DispatchRequested(
+        command_id=in_flight["command_id"],
+        host_id=values["host_id"],
+        priority=in_flight["priority"],
+        due_at=in_flight["due_at"],
+        reason=in_flight["reason"],
+        state=values["state"],
+        attempt=in_flight["attempt"],
+    )
+
+
+def _finish(
+    before: HostSchedule | None,
+    draft: _Draft,
+    *,
+    event_id: object,
+    now: datetime,
+    ignored: str | None,
+) -> Decision:
+    values = draft.values
+    if event_id is not None:
+        recent = (*values["recent_event_ids"], str(event_id))
+        values["recent_event_ids"] = recent[-RECENT_EVENT_IDS_KEPT:]
+    unchanged_fields = before is not None and _same_schedule(before.model_dump(), values)
+    if unchanged_fields and not draft.dispatch and not draft.releases:
+        # Only the remembered event id may have moved; keep it without a new version.
+        assert before is not None
+        kept = before.model_copy(update={"recent_event_ids": values["recent_event_ids"]})
+        return Decision(kept, changed=kept != before, ignored=ignored)
+    values["version"] = (before.version if before else 0) + 1
+    values["updated_at"] = now
+    return Decision(
+        HostSchedule.model_validate(values),
+        changed=True,
+        dispatch=tuple(draft.dispatch),
+        releases=tuple(draft.releases),
+        ignored=ignored,
+    )
+
+
+def _same_schedule(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    ignored_keys = {"recent_event_ids", "version", "updated_at"}
+    return all(before[key] == after[key] for key in before if key not in ignored_keys)
