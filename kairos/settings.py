@@ -31,7 +31,9 @@ DEV_TOKEN_SECRET = "kairos-dev-secret-change-me"
 class Settings(BaseSettings):
     """Every knob of a Kairos process. Env names are given in `docs` and the README."""
 
-    model_config = SettingsConfigDict(env_prefix="KAIROS_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="KAIROS_", extra="ignore", frozen=True, populate_by_name=True
+    )
 
     env: Environment = Field(default=Environment.DEV, description="dev or prod.")
     kafka_bootstrap_servers: str = Field(

@@ -1,0 +1,109 @@
+"""Brokers, PostgreSQL and worker processes for integration tests: real servers only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from kairos.settings import Settings
+
+WORKER_READY_LINE = "Worker ready"
+
+
+def chosen_broker() -> str:
+    """KAIROS_TEST_BROKER=apache|tansu|external; default apache where Java and Maven exist."""
+    from kairos.localstack.apache import java_and_maven_available
+
+    chosen = os.environ.get("KAIROS_TEST_BROKER")
+    if chosen:
+        if chosen not in ("apache", "tansu", "external"):
+            raise ValueError(f"KAIROS_TEST_BROKER must be apache, tansu or external, not {chosen}")
+        return chosen
+    return "apache" if java_and_maven_available() else "tansu"
+
+
+def unique_name(stem: str) -> str:
+    return f"{stem}{uuid.uuid4().hex[:10]}"
+
+
+@dataclass
+class WorkerProcess:
+    """A `kairos worker` subprocess, as operators run it."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log()[-4000:]}")
+            if WORKER_READY_LINE in self.log():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"worker not ready in {timeout}s:\n{self.log()[-4000:]}")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("KAIROS_") and key not in ("KAFKA_BOOTSTRAP_SERVERS", "DATABASE_URL")
+    }
+    env.update(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+            "DATABASE_URL": settings.database_url,
+            "KAIROS_TOPIC_PREFIX": settings.topic_prefix,
+            "KAIROS_APP_ID": settings.app_id,
+            "KAIROS_PARTITIONS": str(settings.partitions),
+            "KAIROS_REPLICATION_FACTOR": str(settings.replication_factor),
+            "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
+            "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
+            "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def kairos_executable() -> list[str]:
+    found = shutil.which("kairos", path=str(Path(sys.executable).parent))
+    return [found] if found else [sys.executable, "-m", "kairos.cli"]
+
+
+def start_worker(settings: Settings, workdir: Path) -> WorkerProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / "worker.log"
+    log_file = log_path.open("ab")
+    process = subprocess.Popen(
+        [*kairos_executable(), "worker", "--workdir", str(workdir)],
+        env=settings_env(settings),
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return WorkerProcess(process, log_path)
