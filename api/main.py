@@ -29,11 +29,11 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/readyz", response_model=ReadinessPublic, tags=["health"])
     async def readyz() -> JSONResponse:
-        kafka, database = await asyncio.gather(
-            _kafka_status(settings), _database_status(settings)
-        )
+        kafka, database = await asyncio.gather(_kafka_status(settings), _database_status(settings))
         ready = kafka == "ok" and database == "ok"
-        body = ReadinessPublic(status="ready" if ready else "unavailable", kafka=kafka, database=database)
+        body = ReadinessPublic(
+            status="ready" if ready else "unavailable", kafka=kafka, database=database
+        )
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
     return app

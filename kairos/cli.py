@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +14,9 @@ import typer
 
 from kairos.settings import Settings
 
-app = typer.Typer(help="Kairos: an event-sourced scan scheduler on Kafka streams.", no_args_is_help=True)
+app = typer.Typer(
+    help="Kairos: an event-sourced scan scheduler on Kafka streams.", no_args_is_help=True
+)
 db_app = typer.Typer(help="Read-model database.", no_args_is_help=True)
 token_app = typer.Typer(help="API bearer tokens.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -45,7 +48,9 @@ def _settings(**overrides: object) -> Settings:
 
 
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def prepare_dependencies(settings: Settings, *, topics: bool) -> None:
@@ -119,6 +124,72 @@ def api(
     uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port)
 
 
+@app.command()
+def dev(
+    broker: Annotated[BrokerChoice, typer.Option(help="Which broker to run.")] = BrokerChoice.AUTO,
+    reset: Annotated[bool, typer.Option(help="Wipe the local event store and read model.")] = False,
+    port: Annotated[int, typer.Option(help="API port.")] = 8000,
+    home: Annotated[Path, typer.Option(help="Project-local data folder.")] = Path(".kairos"),
+) -> None:
+    """Run the whole stack locally: broker, PostgreSQL, worker and API. Ctrl-C stops it."""
+    from rich.console import Console
+
+    from kairos import devstack
+    from kairos.localstack.errors import LocalStackError
+
+    console = Console()
+    home = home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    stack = devstack.DevStack(home=home)
+    try:
+        with console.status("starting the broker..."):
+            servers = devstack.start_broker(stack, broker.value, reset=reset)
+        memory_only = stack.broker_name.startswith("tansu")
+        with console.status("starting PostgreSQL..."):
+            dsn = devstack.start_database(stack, clean=reset or memory_only)
+        settings = _settings().model_copy(
+            update={
+                "kafka_bootstrap_servers": servers,
+                "database_url": dsn,
+                "kafka_idempotence": not memory_only,
+                "partitions": 4,
+                "api_port": port,
+            }
+        )
+        prepare_dependencies(settings, topics=True)
+        token = devstack.dev_admin_token(settings)
+        env = devstack.child_env(settings)
+        devstack.spawn(stack, "worker", ["worker", "--workdir", str(home / "worker")], env)
+        devstack.spawn(stack, "api", ["api", "--host", "127.0.0.1", "--port", str(port)], env)
+        url = f"http://127.0.0.1:{port}"
+        with console.status("waiting for the API..."):
+            if not devstack.wait_http_ok(f"{url}/healthz", timeout=60):
+                raise _fail(f"the API did not come up; see {home / 'api.log'}")
+        console.print(f"[bold]Broker:[/bold] {stack.broker_name} - {stack.broker_note}")
+        console.print(f"[bold]Read model:[/bold] {_redacted(dsn)}")
+        console.print(f"[bold]API:[/bold] {url}  (docs at {url}/docs)")
+        console.print(f"[bold]Logs:[/bold] {home}/worker.log, {home}/api.log")
+        console.print("[bold]Development admin token[/bold] (Authorization: Bearer ...):")
+        print(token, flush=True)
+        console.print("Ctrl-C stops everything.")
+        while all(process.poll() is None for _, process in stack.processes):
+            time.sleep(0.5)
+        dead = [name for name, process in stack.processes if process.poll() is not None]
+        raise _fail(f"{', '.join(dead)} stopped unexpectedly; see its log in {home}")
+    except KeyboardInterrupt:
+        console.print("stopping...")
+    except LocalStackError as error:
+        raise _fail(str(error)) from None
+    finally:
+        stack.stop()
+
+
+def _redacted(dsn: str) -> str:
+    from kairos.db import redact
+
+    return redact(dsn)
+
+
 @db_app.command("migrate")
 def db_migrate() -> None:
     """Apply pending read-model migrations (idempotent)."""
@@ -126,7 +197,9 @@ def db_migrate() -> None:
 
     settings = _settings()
     try:
-        applied = asyncio.run(migrate(settings.database_url, timeout=settings.connect_timeout_seconds))
+        applied = asyncio.run(
+            migrate(settings.database_url, timeout=settings.connect_timeout_seconds)
+        )
     except DatabaseUnavailable as error:
         raise _fail(str(error)) from None
     print("applied: " + ", ".join(applied) if applied else "database schema is current")
@@ -145,7 +218,9 @@ def token_create(
     try:
         chosen = Role[role.upper()]
     except KeyError:
-        raise _fail(f"unknown role {role!r}; choose one of {', '.join(r.name for r in Role)}") from None
+        raise _fail(
+            f"unknown role {role!r}; choose one of {', '.join(r.name for r in Role)}"
+        ) from None
     settings = _settings()
 
     async def create() -> str:

@@ -102,7 +102,10 @@ class Settings(BaseSettings):
             "bootstrap_servers": self.kafka_bootstrap_servers,
             "security_protocol": self.kafka_security_protocol.value,
         }
-        if self.kafka_security_protocol in (KafkaSecurityProtocol.SSL, KafkaSecurityProtocol.SASL_SSL):
+        if self.kafka_security_protocol in (
+            KafkaSecurityProtocol.SSL,
+            KafkaSecurityProtocol.SASL_SSL,
+        ):
             options["ssl_context"] = self.ssl_context()
         if self.kafka_security_protocol in (
             KafkaSecurityProtocol.SASL_PLAINTEXT,

@@ -52,7 +52,7 @@ async def admin_client(settings: Settings) -> AIOKafkaAdminClient:
     )
     try:
         await asyncio.wait_for(client.start(), settings.connect_timeout_seconds)
-    except (KafkaError, OSError, asyncio.TimeoutError) as error:
+    except (TimeoutError, KafkaError, OSError) as error:
         await _close_quietly(client)
         raise KafkaUnavailable(
             f"Kafka is not reachable at {settings.kafka_bootstrap_servers}: "
@@ -75,9 +75,7 @@ async def ensure_topics(settings: Settings) -> None:
         await _close_quietly(client)
 
 
-async def _create(
-    client: AIOKafkaAdminClient, settings: Settings, specs: list[TopicSpec]
-) -> None:
+async def _create(client: AIOKafkaAdminClient, settings: Settings, specs: list[TopicSpec]) -> None:
     new_topics = []
     for spec in specs:
         config = {"cleanup.policy": "compact" if spec.compacted else "delete"}

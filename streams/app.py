@@ -179,9 +179,7 @@ class KairosWorker:
             return parsed.object_id
         return str(getattr(parsed, "host_id", ""))
 
-    async def _apply(
-        self, host_id: str, before: HostSchedule | None, decision: Decision
-    ) -> None:
+    async def _apply(self, host_id: str, before: HostSchedule | None, decision: Decision) -> None:
         if decision.ignored:
             self.counters[f"ignored_{decision.ignored}"] += 1
         after = decision.schedule
@@ -266,8 +264,12 @@ class KairosWorker:
                 parsed = codec.decode(codec.dispatch_message, event.value)
             except Undecodable as error:
                 await self._dead_letter(
-                    message.topic, message.partition, message.offset, message.key,
-                    event.value, str(error),
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    message.key,
+                    event.value,
+                    str(error),
                 )
                 continue
             await self.handle_dispatch_message(parsed)
@@ -292,7 +294,9 @@ class KairosWorker:
                 command_id=expired.command_id,
                 deadline=now,
             )
-            await self.host_signals.send(key=expired.host_id.encode(), value=codec.encode(timed_out))
+            await self.host_signals.send(
+                key=expired.host_id.encode(), value=codec.encode(timed_out)
+            )
         issued = queue.issue(
             now=now,
             cap=self.config.max_concurrent_scans,
@@ -355,7 +359,9 @@ class KairosWorker:
             return
         queue = self.dispatch_queue
         deadline = queue.next_deadline()
-        capacity_free = queue.waiting_count and queue.in_flight_count < self.config.max_concurrent_scans
+        capacity_free = (
+            queue.waiting_count and queue.in_flight_count < self.config.max_concurrent_scans
+        )
         if capacity_free or (deadline is not None and deadline <= now):
             self._dispatcher_woken_pending = True
             woken = DispatcherWoken(at=now)

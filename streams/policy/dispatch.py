@@ -128,7 +128,9 @@ class DispatchQueue:
             heapq.heappop(self._deadlines)
 
 
-def _command_for(request: DispatchRequested, *, issued_at: datetime, deadline: datetime) -> ScanCommand:
+def _command_for(
+    request: DispatchRequested, *, issued_at: datetime, deadline: datetime
+) -> ScanCommand:
     return ScanCommand(
         event_id=message_id("scan-command", request.command_id),
         command_id=request.command_id,

@@ -129,9 +129,11 @@ def wake_at(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:
     """When the due index must look at this host again; None: only an event can wake it."""
     if schedule.in_flight is not None:
         return None  # The dispatcher owns the deadline; a result or timeout will come.
+    if not (schedule.is_active and schedule.status is HostStatus.UP):
+        return None  # A status change (an event) wakes it.
     if schedule.force_requested:
         return schedule.next_scheduled_scan
-    if not (config.enabled and schedule.is_active and schedule.status is HostStatus.UP):
+    if not config.enabled:
         return None
     if schedule.maintenance_mode:
         if schedule.maintenance_until is None:
@@ -288,7 +290,9 @@ def _record_timeout(
     if in_flight is None or in_flight["command_id"] != timeout.command_id:
         return "stale_timeout"
     draft.values["in_flight"] = None
-    _schedule_retry(draft, error="scan timed out: no result by the deadline", now=now, config=config)
+    _schedule_retry(
+        draft, error="scan timed out: no result by the deadline", now=now, config=config
+    )
     if draft.values["force_requested"]:
         draft.values["next_scheduled_scan"] = now
     return None

@@ -48,8 +48,10 @@ async def test_bad_bytes_on_every_input_topic_become_dead_letters_and_work_goes_
             await publish(producer, names.object_created, "db-1", host_created("db-1"))
             await publish(producer, names.object_created, "db-2", b'{"object_type": "host"}')
             await collected.wait_for(
-                lambda: len(collected.values(names.dead_letters)) >= 4
-                and len(collected.values(names.scan_commands)) >= 1,
+                lambda: (
+                    len(collected.values(names.dead_letters)) >= 4
+                    and len(collected.values(names.scan_commands)) >= 1
+                ),
                 timeout=15,
                 what="four dead letters and one command",
             )

@@ -23,7 +23,9 @@ def host_created(host_id: str, **attributes: Any) -> ObjectEvent:
     )
 
 
-def scan_result(command: dict[str, Any], *, score: float = 100, succeeded: bool = True) -> ScanCompleted:
+def scan_result(
+    command: dict[str, Any], *, score: float = 100, succeeded: bool = True
+) -> ScanCompleted:
     finished = now()
     return ScanCompleted(
         event_id=uuid.uuid4(),

@@ -1,0 +1,150 @@
+"""`kairos dev`: broker, PostgreSQL, worker and API on this machine, in one command.
+
+The event store (the broker) and the read model (PostgreSQL) must never disagree: with
+tansu, which keeps nothing after it stops, the read model starts clean on every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from kairos.settings import Settings
+
+DEV_DATABASE = "kairos"
+
+
+@dataclass
+class DevStack:
+    """What `kairos dev` started, to be stopped in reverse order."""
+
+    home: Path
+    broker_name: str = ""
+    broker_note: str = ""
+    servers: list[Any] = field(default_factory=list)
+    processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for _, process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for _, process in reversed(self.processes):
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        for server in reversed(self.servers):
+            server.stop()
+
+
+def start_broker(stack: DevStack, choice: str, *, reset: bool) -> str:
+    """Bootstrap servers of the broker chosen by `choice` (auto | apache | tansu)."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        stack.broker_name = f"external Kafka at {external}"
+        stack.broker_note = "topics and state live in your cluster"
+        return external
+    from kairos.localstack.apache import ApacheKafkaCluster, java_and_maven_available
+
+    kafka_dir = stack.home / "kafka"
+    if reset:
+        shutil.rmtree(kafka_dir, ignore_errors=True)
+    if choice == "apache" or (choice == "auto" and java_and_maven_available()):
+        cluster = ApacheKafkaCluster(kafka_dir, nodes=1)
+        cluster.start(timeout=120)
+        stack.servers.append(cluster)
+        stack.broker_name = f"Apache Kafka (KRaft) at {cluster.bootstrap_servers}"
+        stack.broker_note = f"durable: events and tables survive restarts in {kafka_dir}"
+        return cluster.bootstrap_servers
+    from kairos.localstack.tansu import TansuBroker
+
+    tansu = TansuBroker(log_path=stack.home / "tansu.log")
+    tansu.start()
+    stack.servers.append(tansu)
+    stack.broker_name = f"tansu (memory-only) at {tansu.bootstrap_servers}"
+    stack.broker_note = "memory-only: all events vanish on exit, so the read model starts clean"
+    return tansu.bootstrap_servers
+
+
+def start_database(stack: DevStack, *, clean: bool) -> str:
+    """DSN of the dev read model; `clean` drops it first."""
+    external = os.environ.get("DATABASE_URL")
+    if external:
+        return external
+    from kairos.localstack.postgres import LocalPostgres
+
+    server = LocalPostgres(stack.home / "postgres")
+    server.start()
+    stack.servers.append(server)
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        if clean:
+            conn.execute(f"DROP DATABASE IF EXISTS {DEV_DATABASE} WITH (FORCE)")
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (DEV_DATABASE,)
+        ).fetchone()
+        if not exists:
+            conn.execute(f"CREATE DATABASE {DEV_DATABASE}")
+    return server.dsn_for(DEV_DATABASE)
+
+
+def spawn(stack: DevStack, name: str, args: list[str], env: dict[str, str]) -> None:
+    log_path = stack.home / f"{name}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kairos.cli", *args],
+        env=env,
+        stdout=log_path.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    stack.processes.append((name, process))
+
+
+def wait_http_ok(url: str, timeout: float) -> bool:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+def dev_admin_token(settings: Settings) -> str:
+    from api.tokens import create_token
+    from kairos.db import connect, migrate
+    from schemas.api import Role
+
+    async def create() -> str:
+        await migrate(settings.database_url)
+        async with await connect(settings.database_url) as conn:
+            return await create_token(conn, role=Role.SUPER_ADMIN, name="kairos dev")
+
+    return asyncio.run(create())
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+            "DATABASE_URL": settings.database_url,
+            "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
+            "KAIROS_PARTITIONS": str(settings.partitions),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what Kairos needs into ./.venv (idempotent): the project with its extras, and
+# Apache Kafka's jars when Java 17+ and Maven are present. Sourced by dev.sh and test.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VENV="${KAIROS_VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "kairos: Python 3.11 or newer is needed (found: $("$PYTHON" --version 2>&1))" >&2
+    exit 2
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+
+stamp="$VENV/.kairos-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -e '.[dev,local]'
+    touch "$stamp"
+fi
+
+# Apache Kafka runs from Maven Central jars; without Java/Maven, Kairos falls back to tansu.
+if [ "${CI:-}" = "true" ] && { ! command -v java >/dev/null || ! command -v mvn >/dev/null; }; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null
+    fi
+fi
+if command -v java >/dev/null && command -v mvn >/dev/null; then
+    "$VENV/bin/python" -c 'from kairos.localstack.apache import fetch_kafka_jars; fetch_kafka_jars()'
+fi
