@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -32,9 +31,10 @@ class FrozenClock:
 
 
 class ScaledClock:
-    """Scheduler time running `speed` times faster than wall time, from `origin` on.
+    """Scheduler time running `speed` times faster than wall time since `origin`.
 
-    For demos and simulations: a 48-hour fleet run takes minutes at speed 600.
+    For demos and simulations: a 48-hour fleet run takes minutes at speed 600. Workers given
+    the same origin agree on the time, because it derives from the wall clock alone.
     """
 
     def __init__(self, speed: float, origin: datetime | None = None) -> None:
@@ -42,16 +42,15 @@ class ScaledClock:
             raise ValueError("clock speed must be positive")
         self.speed = speed
         self.origin = origin or datetime.now(UTC)
-        self._started = time.monotonic()
 
     def now(self) -> datetime:
-        elapsed = time.monotonic() - self._started
-        return self.origin + timedelta(seconds=elapsed * self.speed)
+        elapsed = datetime.now(UTC) - self.origin
+        return self.origin + elapsed * self.speed
 
     def wall_seconds(self, scheduler_seconds: float) -> float:
         """How long to sleep in wall time for `scheduler_seconds` of scheduler time."""
         return scheduler_seconds / self.speed
 
 
-def clock_for_speed(speed: float) -> Clock:
-    return SystemClock() if speed == 1 else ScaledClock(speed)
+def clock_for_speed(speed: float, origin: datetime | None = None) -> Clock:
+    return SystemClock() if speed == 1 else ScaledClock(speed, origin)

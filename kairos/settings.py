@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,10 @@ class Settings(BaseSettings):
     )
     clock_speed: float = Field(
         default=1.0, gt=0, description="Scheduler time speed-up, for demos and simulations."
+    )
+    clock_origin: datetime | None = Field(
+        default=None,
+        description="Wall instant a sped-up clock counts from; give workers the same one.",
     )
     tick_seconds: float = Field(
         default=0.1, gt=0, le=5, description="How often the due index is asked what is due."

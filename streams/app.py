@@ -58,7 +58,7 @@ class KairosWorker:
 
     def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
         self.settings = settings
-        self.clock = clock or clock_for_speed(settings.clock_speed)
+        self.clock = clock or clock_for_speed(settings.clock_speed, settings.clock_origin)
         self.names = settings.topics
         self.config = SchedulerConfig()
         self._last_published_config: SchedulerConfig | None = None
@@ -305,13 +305,15 @@ class KairosWorker:
         for item in issued:
             command = item.command
             key = command.host_id.encode()
-            await self.scan_commands.send(key=key, value=codec.encode(command))
+            # Record the slot before the command leaves, so a crash in between over-counts
+            # (freed at the deadline) rather than under-counts (breaking the cap).
             table[command.command_id] = codec.dumps(
                 {
                     "request": item.request.model_dump(mode="json"),
                     "deadline": command.deadline.isoformat(),
                 }
             )
+            await self.scan_commands.send(key=key, value=codec.encode(command))
             notice = CommandIssued(
                 host_id=command.host_id,
                 command_id=command.command_id,

@@ -6,7 +6,18 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.events import ObjectAttributes, ObjectEvent, ScanCompleted, ScanStatus
+from schemas.config import ConfigChanges
+from schemas.events import (
+    ConfigUpdated,
+    HostMaintenanceSet,
+    HostScanRequested,
+    ObjectAttributes,
+    ObjectEvent,
+    Operation,
+    ScanCompleted,
+    ScanStatus,
+    SchedulerToggled,
+)
 
 
 def now() -> datetime:
@@ -40,3 +51,35 @@ def scan_result(
         scan_id=f"scan-{uuid.uuid4().hex[:8]}",
         error=None if succeeded else "scanner crashed",
     )
+
+
+def _change_fields() -> dict[str, Any]:
+    return {"event_id": uuid.uuid4(), "occurred_at": now(), "actor": "tests"}
+
+
+def host_deleted(host_id: str) -> ObjectEvent:
+    return ObjectEvent(
+        event_id=uuid.uuid4(),
+        object_type="host",
+        object_id=host_id,
+        operation=Operation.DELETED,
+        occurred_at=now(),
+    )
+
+
+def config_updated(**changes: Any) -> ConfigUpdated:
+    return ConfigUpdated(**_change_fields(), changes=ConfigChanges(**changes))
+
+
+def scheduler_toggled(enabled: bool) -> SchedulerToggled:
+    return SchedulerToggled(**_change_fields(), enabled=enabled)
+
+
+def maintenance_set(host_id: str, *, enabled: bool, hours: int | None = None) -> HostMaintenanceSet:
+    return HostMaintenanceSet(
+        **_change_fields(), host_id=host_id, enabled=enabled, duration_hours=hours
+    )
+
+
+def scan_requested(host_id: str) -> HostScanRequested:
+    return HostScanRequested(**_change_fields(), host_id=host_id)

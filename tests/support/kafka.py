@@ -81,3 +81,12 @@ class Collector:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
             await asyncio.sleep(0.05)
         return time.monotonic() - started
+
+
+async def wait_until(condition: Callable[[], object], *, timeout: float, what: str) -> None:
+    """Poll `condition` until it holds, or fail naming `what` was awaited."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)

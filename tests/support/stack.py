@@ -85,6 +85,11 @@ def settings_env(settings: Settings) -> dict[str, str]:
             "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
             "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
             "PYTHONUNBUFFERED": "1",
+            **(
+                {"KAIROS_CLOCK_ORIGIN": settings.clock_origin.isoformat()}
+                if settings.clock_origin
+                else {}
+            ),
         }
     )
     return env

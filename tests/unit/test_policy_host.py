@@ -15,7 +15,7 @@ from schemas.events import ScanCompleted
 from schemas.internal import ReleaseOutcome, SlotReleased
 from schemas.state import HostSchedule
 from streams.due_index import DueIndex
-from streams.policy.host import Decision, HostInput, decide, wake_at
+from streams.policy.host import Decision, HostInput, decide, is_overdue, wake_at
 from streams.policy.ids import command_id, spread_offset_seconds
 from tests.unit.factories import (
     DEFAULT_CONFIG,
@@ -954,6 +954,54 @@ def test_wake_at_is_the_next_scheduled_scan_of_an_idle_host() -> None:
     assert wake_at(schedule, DEFAULT_CONFIG) == NOW + timedelta(minutes=360)
 
 
+
+def test_overdue_means_unscanned_for_longer_than_the_ceiling() -> None:
+    schedule = scanned(completed_at=NOW).model_copy(
+        update={"next_scheduled_scan": NOW + timedelta(hours=24)}
+    )
+    ceiling = NOW + timedelta(minutes=DEFAULT_CONFIG.max_interval_minutes)
+
+    assert not is_overdue(schedule, now=ceiling, config=DEFAULT_CONFIG)
+    assert is_overdue(schedule, now=ceiling + SECOND, config=DEFAULT_CONFIG)
+    held = schedule.model_copy(update={"maintenance_mode": True})
+    assert not is_overdue(held, now=ceiling + SECOND, config=DEFAULT_CONFIG)
+
+
+def test_due_index_pops_hosts_due_by_now_in_time_order() -> None:
+    index = DueIndex()
+    index.set("late", NOW + timedelta(hours=2))
+    index.set("early", NOW - timedelta(hours=1))
+    index.set("now", NOW)
+
+    assert index.pop_due(NOW) == [("early", NOW - timedelta(hours=1)), ("now", NOW)]
+    assert index.next_wake() == NOW + timedelta(hours=2)
+    assert len(index) == 1
+
+
+def test_due_index_keeps_only_the_latest_wake_up_of_a_host() -> None:
+    index = DueIndex()
+    index.set(HOST, NOW)
+    index.set(HOST, NOW + timedelta(hours=1))
+    index.set("gone", NOW)
+    index.set("gone", None)
+
+    assert index.pop_due(NOW + MINUTE) == []
+    assert index.next_wake() == NOW + timedelta(hours=1)
+    assert index.pop_due(NOW + timedelta(hours=1)) == [(HOST, NOW + timedelta(hours=1))]
+    assert index.next_wake() is None
+
+
+def test_due_index_pops_at_most_the_limit_per_tick() -> None:
+    index = DueIndex()
+    for number in range(5):
+        index.set(f"host-{number}", NOW - number * MINUTE)
+
+    first = index.pop_due(NOW, limit=3)
+    rest = index.pop_due(NOW, limit=3)
+
+    assert [host for host, _ in first] == ["host-4", "host-3", "host-2"]
+    assert [host for host, _ in rest] == ["host-1", "host-0"]
+
 def _at(minutes: int) -> datetime:
     return NOW + timedelta(minutes=minutes)
 
@@ -992,15 +1040,19 @@ ACTIONS = (
     "redeliver",
 )
 
+# The scan lifecycle is weighted up so that most histories complete several scans.
+LIFECYCLE = ("due", "issue", "succeed", "issue", "succeed", "fail", "timeout", "issue")
+
 steps = st.lists(
     st.tuples(
-        st.sampled_from(ACTIONS),
+        st.sampled_from(ACTIONS + LIFECYCLE * 2),
         st.integers(0, 3 * 24 * 60),  # Minutes that pass before the input.
         st.floats(0, 100, allow_nan=False),
         st.integers(0, 2),  # Critical and high failures.
         st.integers(1, 72),  # Maintenance hours.
     ),
-    max_size=30,
+    min_size=4,
+    max_size=40,
 )
 
 configs = st.builds(

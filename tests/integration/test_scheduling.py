@@ -1,0 +1,235 @@
+"""Adaptive scheduling through a real broker, with `kairos worker` processes.
+
+Scheduler time runs 3600x faster than wall time (one hour per second) where a rule
+would otherwise take hours to show; the simulated agents stamp results in scheduler time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from kairos.settings import Settings
+from schemas.topics import CONFIG_KEY
+from tests.support.agents import ScannerFleet, always
+from tests.support.factories import (
+    config_updated,
+    host_created,
+    host_deleted,
+    maintenance_set,
+    scan_requested,
+    scheduler_toggled,
+)
+from tests.support.kafka import Collector, publish, start_producer, wait_until
+
+pytestmark = pytest.mark.integration
+
+HOUR_PER_SECOND = 3600.0
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+@pytest.fixture
+def fast_settings(make_settings) -> Settings:
+    return make_settings(clock_speed=HOUR_PER_SECOND, clock_origin=datetime.now(UTC))
+
+
+async def test_critical_result_schedules_next_scan_one_interval_after_completion(
+    fast_settings: Settings, workers
+) -> None:
+    workers(fast_settings)
+    names = fast_settings.topics
+    producer = await start_producer(fast_settings)
+    async with ScannerFleet(fast_settings, score_for=always(10)) as fleet:
+        await publish(producer, names.object_created, "crit-1", host_created("crit-1"))
+        await wait_until(lambda: len(fleet.commands) >= 2, timeout=15, what="a second command")
+    await producer.stop()
+    first, second = fleet.commands[:2]
+    assert first["reason"] == "unknown" and first["priority"] == 10
+    assert second["reason"] == "scheduled"
+    assert second["state"] == "critical" and second["priority"] == 9
+    assert at(second["due_at"]) == at(first["issued_at"]) + timedelta(minutes=60)
+    assert at(second["issued_at"]) - at(second["due_at"]) < timedelta(minutes=30)
+    assert second["command_id"] != first["command_id"]
+
+
+async def test_failed_scan_retries_after_retry_delay_with_a_new_attempt(
+    fast_settings: Settings, workers
+) -> None:
+    workers(fast_settings)
+    names = fast_settings.topics
+    producer = await start_producer(fast_settings)
+    async with ScannerFleet(fast_settings, score_for=lambda command: None) as fleet:
+        await publish(producer, names.object_created, "flaky-1", host_created("flaky-1"))
+        await wait_until(lambda: len(fleet.commands) >= 2, timeout=15, what="a retry")
+    await producer.stop()
+    first, retry = fleet.commands[:2]
+    assert retry["reason"] == "retry"
+    assert retry["attempt"] == first["attempt"] + 1 == 2
+    assert retry["command_id"] != first["command_id"]
+    waited = at(retry["due_at"]) - at(first["issued_at"])
+    assert timedelta(seconds=300) <= waited < timedelta(seconds=300) + timedelta(minutes=30)
+
+
+async def test_command_without_result_times_out_and_is_retried(
+    fast_settings: Settings, workers
+) -> None:
+    workers(fast_settings)
+    names = fast_settings.topics
+    producer = await start_producer(fast_settings)
+    async with ScannerFleet(fast_settings, answer=lambda command: command["attempt"] > 1) as fleet:
+        await publish(producer, names.object_created, "silent-1", host_created("silent-1"))
+        await wait_until(
+            lambda: len(fleet.commands) >= 2, timeout=20, what="a retry after the deadline"
+        )
+    await producer.stop()
+    first, retry = fleet.commands[:2]
+    assert at(first["deadline"]) == at(first["issued_at"]) + timedelta(seconds=600)
+    assert retry["reason"] == "retry" and retry["attempt"] == 2
+    assert at(retry["due_at"]) >= at(first["deadline"]) + timedelta(seconds=300)
+
+
+async def test_global_cap_holds_and_frees_a_slot_per_result(settings: Settings, workers) -> None:
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    await publish(
+        producer, names.schedule_changes, CONFIG_KEY, config_updated(max_concurrent_scans=3)
+    )
+    answered: set[str] = set()
+    async with ScannerFleet(
+        settings, answer=lambda command: command["host_id"] in answered
+    ) as fleet:
+        for number in range(8):
+            await publish(
+                producer, names.object_created, f"cap-{number}", host_created(f"cap-{number}")
+            )
+        await wait_until(lambda: len(fleet.commands) >= 3, timeout=15, what="three commands")
+        await asyncio.sleep(1.0)
+        assert len(fleet.commands) == 3, "more than max_concurrent_scans in flight"
+        answered.add(fleet.commands[0]["host_id"])
+        fleet.answer_later(fleet.commands[0])
+        await wait_until(
+            lambda: len(fleet.commands) >= 4, timeout=15, what="a fourth command after one result"
+        )
+        await asyncio.sleep(1.0)
+    await producer.stop()
+    assert len(fleet.commands) == 4
+    assert fleet.max_in_flight == 3
+
+
+async def test_force_scan_runs_at_once_even_in_maintenance(settings: Settings, workers) -> None:
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    async with ScannerFleet(settings) as fleet:
+        await publish(producer, names.object_created, "maint-1", host_created("maint-1"))
+        await wait_until(lambda: len(fleet.commands) >= 1, timeout=15, what="the first scan")
+        await publish(
+            producer, names.schedule_changes, "maint-1", maintenance_set("maint-1", enabled=True)
+        )
+        await publish(producer, names.schedule_changes, "maint-1", scan_requested("maint-1"))
+        await wait_until(lambda: len(fleet.commands) >= 2, timeout=15, what="the forced scan")
+    await producer.stop()
+    forced = fleet.commands[1]
+    assert forced["reason"] == "force" and forced["priority"] == 10
+
+
+async def test_maintenance_holds_scans_until_it_ends_then_the_overdue_host_is_scanned(
+    fast_settings: Settings, workers
+) -> None:
+    workers(fast_settings)
+    names = fast_settings.topics
+    producer = await start_producer(fast_settings)
+    async with ScannerFleet(fast_settings, score_for=always(10)) as fleet:
+        await publish(
+            producer, names.schedule_changes, "m-2", maintenance_set("m-2", enabled=True, hours=3)
+        )
+        await publish(producer, names.object_created, "m-2", host_created("m-2"))
+        await wait_until(lambda: len(fleet.commands) >= 1, timeout=15, what="the onboarding scan")
+        await publish(
+            producer, names.schedule_changes, "m-2", maintenance_set("m-2", enabled=True, hours=3)
+        )
+        await wait_until(
+            lambda: len(fleet.commands) >= 2, timeout=20, what="a scan after maintenance"
+        )
+    await producer.stop()
+    first, after = fleet.commands[:2]
+    # Critical hosts are due an hour later, but maintenance holds them for three hours.
+    assert at(after["issued_at"]) - at(first["issued_at"]) >= timedelta(hours=3)
+    assert after["reason"] == "scheduled"
+
+
+async def test_disabled_scheduler_dispatches_nothing_until_enabled(
+    settings: Settings, workers
+) -> None:
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    await publish(producer, names.schedule_changes, CONFIG_KEY, scheduler_toggled(False))
+    async with ScannerFleet(settings) as fleet:
+        await asyncio.sleep(2.0)
+        await publish(producer, names.object_created, "off-1", host_created("off-1"))
+        await asyncio.sleep(2.0)
+        assert fleet.commands == []
+        await publish(producer, names.schedule_changes, CONFIG_KEY, scheduler_toggled(True))
+        await wait_until(lambda: len(fleet.commands) >= 1, timeout=15, what="a scan once enabled")
+    await producer.stop()
+    assert fleet.commands[0]["host_id"] == "off-1"
+
+
+async def test_invalid_inputs_go_to_dead_letters_with_the_reason(
+    settings: Settings, workers
+) -> None:
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    async with Collector(settings, names.dead_letters, names.scan_commands) as collected:
+        await publish(producer, names.schedule_changes, CONFIG_KEY, b'{"type": "config.exploded"}')
+        await publish(
+            producer,
+            names.schedule_changes,
+            CONFIG_KEY,
+            b'{"event_id": "0b7e9c3d-2f41-4a8e-b6d5-91a3c7e4f208", "type": "config.updated",'
+            b' "occurred_at": "2026-01-01T00:00:00Z", "changes": {"interval_critical": 5}}',
+        )
+        await publish(producer, names.scan_completed, "h", b'{"host_id": "h", "status": "maybe"}')
+        await publish(producer, names.schedule_changes, "wrong-key", scan_requested("other-host"))
+        await publish(producer, names.object_created, "alive", host_created("alive"))
+        await collected.wait_for(
+            lambda: (
+                len(collected.values(names.dead_letters)) >= 4
+                and collected.values(names.scan_commands)
+            ),
+            timeout=15,
+            what="four dead letters and the good host's command",
+        )
+    await producer.stop()
+    errors = [letter["error"] for letter in collected.values(names.dead_letters)]
+    assert any("config.exploded" in error or "tag" in error for error in errors)
+    assert any("interval_critical" in error for error in errors)
+    assert any("status" in error for error in errors)
+    assert any("must equal the host id" in error for error in errors)
+
+
+async def test_results_for_a_deleted_host_are_ignored(settings: Settings, workers) -> None:
+    worker = workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    async with ScannerFleet(settings, answer=lambda command: False) as fleet:
+        await publish(producer, names.object_created, "gone-1", host_created("gone-1"))
+        await wait_until(lambda: len(fleet.commands) >= 1, timeout=15, what="a command")
+        await publish(producer, names.object_created, "gone-1", host_deleted("gone-1"))
+        await asyncio.sleep(1.0)
+        fleet.answer_later(fleet.commands[0])
+        await publish(producer, names.object_created, "next-1", host_created("next-1"))
+        await wait_until(
+            lambda: len(fleet.commands) >= 2, timeout=15, what="the next host's command"
+        )
+    await producer.stop()
+    assert [command["host_id"] for command in fleet.commands] == ["gone-1", "next-1"]
+    assert worker.process.poll() is None
