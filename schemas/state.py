@@ -46,6 +46,9 @@ class HostSchedule(Contract):
     maintenance_until: Timestamp | None = None
     scan_priority: int = 10
     consecutive_scan_failures: int = 0
+    incarnation: str = Field(
+        default="", description="Id of the event that created this host; keys command ids."
+    )
     due_instance: int = Field(default=1, description="Counts scheduled scans; keys command ids.")
     attempt: int = Field(default=1, description="Attempt of the current due instance.")
     in_flight: InFlightCommand | None = None

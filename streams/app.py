@@ -104,9 +104,14 @@ class KairosWorker:
         self.host_state = app.topic(names.host_state, **raw)
         self.control = app.topic(names.scheduler_control, partitions=1, **raw)
 
-        table_schema = faust.Schema(key_type=str, value_type=bytes, **raw)
-        self.hosts = app.Table("hosts", partitions=settings.partitions, schema=table_schema)
-        self.dispatcher_table = app.Table("dispatcher", partitions=1, schema=table_schema)
+        # value_type=bytes makes Faust keep values raw in memory and in the changelog;
+        # a Schema would not reach the changelog, and recovery would hand back dicts.
+        self.hosts = app.Table(
+            "hosts", partitions=settings.partitions, key_type=str, value_type=bytes
+        )
+        self.dispatcher_table = app.Table(
+            "dispatcher", partitions=1, key_type=str, value_type=bytes
+        )
         self.hosts.on_recover(self._rebuild_due_index)
         self.dispatcher_table.on_recover(self._rebuild_dispatch_queue)
 

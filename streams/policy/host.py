@@ -179,6 +179,7 @@ def _on_object_event(
         draft = _Draft(
             values=HostSchedule(
                 host_id=event.object_id,
+                incarnation=str(event.event_id),
                 version=0,
                 state=ComplianceState.UNKNOWN,
                 compliance_state=ComplianceState.UNKNOWN,
@@ -359,7 +360,9 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
         else:
             reason = CommandReason.SCHEDULED
     in_flight = InFlightCommand(
-        command_id=command_id(values["host_id"], values["due_instance"], values["attempt"]),
+        command_id=command_id(
+            values["host_id"], values["due_instance"], values["attempt"], values["incarnation"]
+        ),
         reason=reason,
         priority=priority,
         due_at=due_at,

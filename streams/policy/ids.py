@@ -9,9 +9,12 @@ _COMMANDS = uuid.UUID("6f1c4a52-8a3e-4d67-9d1b-5f7c0e2b9a10")
 _MESSAGES = uuid.UUID("0b7e9c3d-2f41-4a8e-b6d5-91a3c7e4f208")
 
 
-def command_id(host_id: str, due_instance: int, attempt: int) -> str:
-    """One id per (host, due instance, attempt): re-sent commands keep it, retries change it."""
-    return str(uuid.uuid5(_COMMANDS, f"{host_id}/{due_instance}/{attempt}"))
+def command_id(host_id: str, due_instance: int, attempt: int, incarnation: str = "") -> str:
+    """One id per (host, due instance, attempt): re-sent commands keep it, retries change it.
+
+    `incarnation` tells apart a host deleted and created again, whose counters restart.
+    """
+    return str(uuid.uuid5(_COMMANDS, f"{host_id}/{incarnation}/{due_instance}/{attempt}"))
 
 
 def message_id(*parts: str) -> uuid.UUID:

@@ -218,8 +218,10 @@ def issued(
     """`schedule` after the dispatcher issued its in-flight command at `at`."""
     assert schedule.in_flight is not None
     decision = decide(
-        schedule, command_issued(schedule.in_flight.command_id, at=at, host_id=schedule.host_id),
-        now=at, config=config,
+        schedule,
+        command_issued(schedule.in_flight.command_id, at=at, host_id=schedule.host_id),
+        now=at,
+        config=config,
     )
     assert decision.schedule is not None
     return decision.schedule

@@ -141,4 +141,3 @@ def test_compliance_state_follows_the_rules_in_order(
         expected = ComplianceState.CRITICAL
     assert state is expected
     assert state is not ComplianceState.MAINTENANCE  # Only the host schedule sets that.
-

@@ -97,9 +97,7 @@ def test_out_of_range_change_is_refused_naming_the_field(field: str, value: int)
 def test_out_of_range_change_is_rejected_whole() -> None:
     # ConfigChanges refuses this at construction; a change built without validation must
     # still not get past the policy, nor half of it.
-    change = config_updated(
-        ConfigChanges.model_construct(interval_critical=5, priority_low=8)
-    )
+    change = config_updated(ConfigChanges.model_construct(interval_critical=5, priority_low=8))
 
     result = apply_config_change(DEFAULT_CONFIG, change)
 
@@ -115,9 +113,7 @@ def test_scheduler_toggle_flips_enabled_and_keeps_the_rest() -> None:
 
     assert paused.enabled is False and paused.version == 1
     assert resumed.enabled is True and resumed.version == 2
-    assert resumed.model_dump(exclude={"version"}) == DEFAULT_CONFIG.model_dump(
-        exclude={"version"}
-    )
+    assert resumed.model_dump(exclude={"version"}) == DEFAULT_CONFIG.model_dump(exclude={"version"})
 
 
 # --- properties ---------------------------------------------------------------------

@@ -195,15 +195,18 @@ def test_recreated_host_gets_its_first_command_issued() -> None:
     [first] = created.dispatch
     queue.request(first)
     queue.issue(now=NOW, cap=5, timeout=TIMEOUT)
-    running = decide(created.schedule, command_issued(first.command_id, at=NOW), now=NOW,
-                     config=DEFAULT_CONFIG)
-    deleted = decide(running.schedule, host_deleted(at=NOW + MINUTE), now=NOW + MINUTE,
-                     config=DEFAULT_CONFIG)
+    running = decide(
+        created.schedule, command_issued(first.command_id, at=NOW), now=NOW, config=DEFAULT_CONFIG
+    )
+    deleted = decide(
+        running.schedule, host_deleted(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
+    )
     for release in deleted.releases:
         queue.release(release.command_id, release.outcome)
 
-    again = decide(None, host_created(at=NOW + 2 * MINUTE), now=NOW + 2 * MINUTE,
-                   config=DEFAULT_CONFIG)
+    again = decide(
+        None, host_created(at=NOW + 2 * MINUTE), now=NOW + 2 * MINUTE, config=DEFAULT_CONFIG
+    )
     [request] = again.dispatch
     queue.request(request)
     issued = queue.issue(now=NOW + 2 * MINUTE, cap=5, timeout=TIMEOUT)
@@ -247,8 +250,10 @@ def test_queue_respects_cap_and_issues_best_waiting_first(
             command = f"cmd-{number}"
             request = dispatch_request(command, priority=priority, due_at=NOW + due * MINUTE)
             current = waiting.get(command)
-            fresh = command not in in_flight and command not in gone and (
-                current is None or current[0] < priority
+            fresh = (
+                command not in in_flight
+                and command not in gone
+                and (current is None or current[0] < priority)
             )
             assert queue.request(request) is fresh
             if fresh:
@@ -269,8 +274,10 @@ def test_queue_respects_cap_and_issues_best_waiting_first(
                 gone.add(command)
         else:
             issued = queue.issue(now=now, cap=cap, timeout=TIMEOUT)
-            keys = [(-waiting[i.command.command_id][0], waiting[i.command.command_id][1])
-                    for i in issued]
+            keys = [
+                (-waiting[i.command.command_id][0], waiting[i.command.command_id][1])
+                for i in issued
+            ]
             assert keys == sorted(keys)
             assert len(issued) == min(len(waiting), cap - len(in_flight))
             for item in issued:

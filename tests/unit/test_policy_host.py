@@ -72,7 +72,9 @@ def test_created_host_is_unknown_and_claimed_at_once() -> None:
     assert request.priority == 10
     assert request.due_at == NOW
     assert request.host_id == HOST
-    assert request.command_id == in_flight_id(schedule) == command_id(HOST, 1, 1)
+    assert (
+        request.command_id == in_flight_id(schedule) == command_id(HOST, 1, 1, schedule.incarnation)
+    )
     assert schedule.in_flight is not None and schedule.in_flight.claimed_at == NOW
 
 
@@ -109,8 +111,9 @@ def test_created_event_can_mark_known_host_inactive() -> None:
     schedule = scanned(completed_at=NOW)
 
     later = NOW + 2 * DEFAULT_CONFIG.max_interval_minutes * MINUTE
-    after = decide(schedule, host_created(at=later, is_active=False), now=later,
-                   config=DEFAULT_CONFIG)
+    after = decide(
+        schedule, host_created(at=later, is_active=False), now=later, config=DEFAULT_CONFIG
+    )
 
     assert after.schedule is not None and after.schedule.is_active is False
     assert after.schedule.in_flight is None and after.dispatch == ()
@@ -149,8 +152,9 @@ def test_spread_host_is_claimed_when_its_first_due_time_comes() -> None:
     schedule = onboarded(at=NOW, config=config)
     first_due = schedule.next_scheduled_scan
 
-    before = decide(schedule, host_due(at=first_due - SECOND), now=first_due - SECOND,
-                    config=config)
+    before = decide(
+        schedule, host_due(at=first_due - SECOND), now=first_due - SECOND, config=config
+    )
     at = decide(schedule, host_due(at=first_due), now=first_due, config=config)
 
     assert before.dispatch == ()
@@ -159,8 +163,9 @@ def test_spread_host_is_claimed_when_its_first_due_time_comes() -> None:
 
 
 def test_object_that_is_not_a_host_is_ignored() -> None:
-    decision = decide(None, host_created(object_type="network", at=NOW), now=NOW,
-                      config=DEFAULT_CONFIG)
+    decision = decide(
+        None, host_created(object_type="network", at=NOW), now=NOW, config=DEFAULT_CONFIG
+    )
 
     assert decision.schedule is None
     assert decision.ignored == "not_a_host"
@@ -227,7 +232,11 @@ def test_host_is_claimed_exactly_when_next_scheduled_scan_arrives() -> None:
     assert request.priority == 3
     assert request.due_at == due
     assert request.state is ComplianceState.COMPLIANT
-    assert request.command_id == in_flight_id(on_time.schedule) == command_id(HOST, 2, 1)
+    assert (
+        request.command_id
+        == in_flight_id(on_time.schedule)
+        == command_id(HOST, 2, 1, on_time.schedule.incarnation)
+    )
 
 
 def _disabled(schedule: HostSchedule) -> tuple[HostSchedule, SchedulerConfig]:
@@ -277,12 +286,17 @@ def test_host_with_command_in_flight_is_not_claimed_again() -> None:
 def test_host_coming_back_up_is_claimed_if_overdue() -> None:
     schedule = scanned(completed_at=NOW)
     down_at = NOW + MINUTE
-    down = decide(schedule, status_changed(status=HostStatus.DOWN, at=down_at), now=down_at,
-                  config=DEFAULT_CONFIG).schedule
+    down = decide(
+        schedule,
+        status_changed(status=HostStatus.DOWN, at=down_at),
+        now=down_at,
+        config=DEFAULT_CONFIG,
+    ).schedule
 
     up_at = NOW + timedelta(days=2)
-    decision = decide(down, status_changed(status=HostStatus.UP, at=up_at), now=up_at,
-                      config=DEFAULT_CONFIG)
+    decision = decide(
+        down, status_changed(status=HostStatus.UP, at=up_at), now=up_at, config=DEFAULT_CONFIG
+    )
 
     [request] = decision.dispatch
     assert request.reason is CommandReason.SCHEDULED
@@ -321,14 +335,18 @@ def test_command_id_is_the_same_for_the_same_host_instance_and_attempt() -> None
 def test_retry_after_failure_gets_a_new_command_id() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
     failed_at = NOW + 5 * MINUTE
-    failed = decide(schedule, scan_failed(in_flight_id(schedule), completed_at=failed_at),
-                    now=failed_at, config=DEFAULT_CONFIG).schedule
+    failed = decide(
+        schedule,
+        scan_failed(in_flight_id(schedule), completed_at=failed_at),
+        now=failed_at,
+        config=DEFAULT_CONFIG,
+    ).schedule
     assert failed is not None
 
     retry = claimed_at(failed, failed_at + timedelta(seconds=300), DEFAULT_CONFIG)
 
     assert in_flight_id(retry) != in_flight_id(schedule)
-    assert in_flight_id(retry) == command_id(HOST, 1, 2)
+    assert in_flight_id(retry) == command_id(HOST, 1, 2, retry.incarnation)
     assert retry.in_flight is not None and retry.in_flight.attempt == 2
 
 
@@ -336,13 +354,17 @@ def test_retry_after_timeout_gets_a_new_command_id() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
     assert schedule.in_flight is not None and schedule.in_flight.deadline is not None
     deadline = schedule.in_flight.deadline
-    timed_out = decide(schedule, command_timed_out(in_flight_id(schedule), deadline=deadline),
-                       now=deadline, config=DEFAULT_CONFIG).schedule
+    timed_out = decide(
+        schedule,
+        command_timed_out(in_flight_id(schedule), deadline=deadline),
+        now=deadline,
+        config=DEFAULT_CONFIG,
+    ).schedule
     assert timed_out is not None
 
     retry = claimed_at(timed_out, deadline + timedelta(seconds=300), DEFAULT_CONFIG)
 
-    assert in_flight_id(retry) not in {in_flight_id(schedule)}
+    assert in_flight_id(retry) != in_flight_id(schedule)
     assert retry.in_flight is not None and retry.in_flight.reason is CommandReason.RETRY
 
 
@@ -363,8 +385,9 @@ def test_successful_scan_sets_state_interval_and_next_scan() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
     completed = NOW + 5 * MINUTE
     arrived = completed + 30 * SECOND
-    result = scan_succeeded(in_flight_id(schedule), completed_at=completed, score=85.0,
-                            scan_id="scan-42")
+    result = scan_succeeded(
+        in_flight_id(schedule), completed_at=completed, score=85.0, scan_id="scan-42"
+    )
 
     decision = decide(schedule, result, now=arrived, config=DEFAULT_CONFIG)
 
@@ -413,15 +436,25 @@ def test_successful_scan_plans_next_scan_from_its_state(
 def test_successful_scan_clears_consecutive_failures() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
     failed_at = NOW + MINUTE
-    failed = decide(schedule, scan_failed(in_flight_id(schedule), completed_at=failed_at),
-                    now=failed_at, config=DEFAULT_CONFIG).schedule
+    failed = decide(
+        schedule,
+        scan_failed(in_flight_id(schedule), completed_at=failed_at),
+        now=failed_at,
+        config=DEFAULT_CONFIG,
+    ).schedule
     assert failed is not None and failed.consecutive_scan_failures == 1
-    retry = issued(claimed_at(failed, failed_at + timedelta(seconds=300), DEFAULT_CONFIG),
-                   at=failed_at + timedelta(seconds=300))
+    retry = issued(
+        claimed_at(failed, failed_at + timedelta(seconds=300), DEFAULT_CONFIG),
+        at=failed_at + timedelta(seconds=300),
+    )
 
     done_at = failed_at + timedelta(minutes=10)
-    after = decide(retry, scan_succeeded(in_flight_id(retry), completed_at=done_at),
-                   now=done_at, config=DEFAULT_CONFIG).schedule
+    after = decide(
+        retry,
+        scan_succeeded(in_flight_id(retry), completed_at=done_at),
+        now=done_at,
+        config=DEFAULT_CONFIG,
+    ).schedule
 
     assert after is not None
     assert after.consecutive_scan_failures == 0
@@ -433,9 +466,12 @@ def test_failed_scan_retries_after_retry_delay() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
     failed_at = NOW + 5 * MINUTE
 
-    decision = decide(schedule, scan_failed(in_flight_id(schedule), completed_at=failed_at,
-                                            error="connection refused"),
-                      now=failed_at, config=DEFAULT_CONFIG)
+    decision = decide(
+        schedule,
+        scan_failed(in_flight_id(schedule), completed_at=failed_at, error="connection refused"),
+        now=failed_at,
+        config=DEFAULT_CONFIG,
+    )
 
     after = decision.schedule
     assert after is not None
@@ -448,8 +484,9 @@ def test_failed_scan_retries_after_retry_delay() -> None:
         SlotReleased(command_id=in_flight_id(schedule), outcome=ReleaseOutcome.FAILED),
     )
     retry_at = failed_at + timedelta(seconds=300)
-    early = decide(after, host_due(at=retry_at - SECOND), now=retry_at - SECOND,
-                   config=DEFAULT_CONFIG)
+    early = decide(
+        after, host_due(at=retry_at - SECOND), now=retry_at - SECOND, config=DEFAULT_CONFIG
+    )
     on_time = decide(after, host_due(at=retry_at), now=retry_at, config=DEFAULT_CONFIG)
     assert early.dispatch == ()
     [request] = on_time.dispatch
@@ -462,8 +499,12 @@ def test_failed_scan_retry_delay_follows_config() -> None:
     schedule = issued(onboarded(at=NOW, config=config), at=NOW, config=config)
     failed_at = NOW + MINUTE
 
-    after = decide(schedule, scan_failed(in_flight_id(schedule), completed_at=failed_at),
-                   now=failed_at, config=config).schedule
+    after = decide(
+        schedule,
+        scan_failed(in_flight_id(schedule), completed_at=failed_at),
+        now=failed_at,
+        config=config,
+    ).schedule
 
     assert after is not None
     assert after.next_scheduled_scan == failed_at + timedelta(seconds=45)
@@ -474,8 +515,12 @@ def test_repeated_failures_count_up() -> None:
     now = NOW
     for expected in (1, 2, 3):
         now += MINUTE
-        failed = decide(schedule, scan_failed(in_flight_id(schedule), completed_at=now),
-                        now=now, config=DEFAULT_CONFIG).schedule
+        failed = decide(
+            schedule,
+            scan_failed(in_flight_id(schedule), completed_at=now),
+            now=now,
+            config=DEFAULT_CONFIG,
+        ).schedule
         assert failed is not None and failed.consecutive_scan_failures == expected
         now = failed.next_scheduled_scan
         schedule = issued(claimed_at(failed, now, DEFAULT_CONFIG), at=now)
@@ -486,8 +531,12 @@ def test_failed_scan_keeps_the_last_known_compliance_state() -> None:
     due = schedule.next_scheduled_scan
     running = issued(claimed_at(schedule, due, DEFAULT_CONFIG), at=due)
 
-    failed = decide(running, scan_failed(in_flight_id(running), completed_at=due + MINUTE),
-                    now=due + MINUTE, config=DEFAULT_CONFIG).schedule
+    failed = decide(
+        running,
+        scan_failed(in_flight_id(running), completed_at=due + MINUTE),
+        now=due + MINUTE,
+        config=DEFAULT_CONFIG,
+    ).schedule
 
     assert failed is not None
     assert failed.state is ComplianceState.PARTIAL
@@ -558,8 +607,9 @@ def test_command_issued_records_issue_time_and_deadline() -> None:
     schedule = onboarded(at=NOW)
     at = NOW + 2 * SECOND
 
-    decision = decide(schedule, command_issued(in_flight_id(schedule), at=at), now=at,
-                      config=DEFAULT_CONFIG)
+    decision = decide(
+        schedule, command_issued(in_flight_id(schedule), at=at), now=at, config=DEFAULT_CONFIG
+    )
 
     after = decision.schedule
     assert after is not None and after.in_flight is not None and decision.changed
@@ -572,8 +622,9 @@ def test_second_command_issued_is_ignored_as_duplicate() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
     later = NOW + MINUTE
 
-    decision = decide(schedule, command_issued(in_flight_id(schedule), at=later), now=later,
-                      config=DEFAULT_CONFIG)
+    decision = decide(
+        schedule, command_issued(in_flight_id(schedule), at=later), now=later, config=DEFAULT_CONFIG
+    )
 
     assert decision.ignored == "duplicate_issue"
     assert decision.schedule is not None and decision.schedule.in_flight is not None
@@ -583,8 +634,9 @@ def test_second_command_issued_is_ignored_as_duplicate() -> None:
 def test_command_issued_for_another_command_is_ignored_as_stale() -> None:
     schedule = onboarded(at=NOW)
 
-    decision = decide(schedule, command_issued("someone-else", at=NOW), now=NOW,
-                      config=DEFAULT_CONFIG)
+    decision = decide(
+        schedule, command_issued("someone-else", at=NOW), now=NOW, config=DEFAULT_CONFIG
+    )
 
     assert decision.ignored == "stale_issue"
     assert decision.schedule is not None and decision.schedule.in_flight is not None
@@ -595,8 +647,12 @@ def test_timed_out_command_retries_like_a_failure() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
     deadline = NOW + timedelta(seconds=600)
 
-    decision = decide(schedule, command_timed_out(in_flight_id(schedule), deadline=deadline),
-                      now=deadline, config=DEFAULT_CONFIG)
+    decision = decide(
+        schedule,
+        command_timed_out(in_flight_id(schedule), deadline=deadline),
+        now=deadline,
+        config=DEFAULT_CONFIG,
+    )
 
     after = decision.schedule
     assert after is not None and decision.changed
@@ -612,8 +668,12 @@ def test_timeout_for_another_command_is_ignored_as_stale() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
     deadline = NOW + timedelta(seconds=600)
 
-    decision = decide(schedule, command_timed_out("old-command", deadline=deadline),
-                      now=deadline, config=DEFAULT_CONFIG)
+    decision = decide(
+        schedule,
+        command_timed_out("old-command", deadline=deadline),
+        now=deadline,
+        config=DEFAULT_CONFIG,
+    )
 
     assert decision.ignored == "stale_timeout"
     assert in_flight_id(decision.schedule) == in_flight_id(schedule)
@@ -627,8 +687,12 @@ def test_maintenance_with_duration_ends_after_that_many_hours() -> None:
     schedule = scanned(completed_at=NOW)
     at = NOW + MINUTE
 
-    after = decide(schedule, maintenance_set(enabled=True, duration_hours=4, at=at), now=at,
-                   config=DEFAULT_CONFIG).schedule
+    after = decide(
+        schedule,
+        maintenance_set(enabled=True, duration_hours=4, at=at),
+        now=at,
+        config=DEFAULT_CONFIG,
+    ).schedule
 
     assert after is not None
     assert after.maintenance_mode is True
@@ -640,8 +704,9 @@ def test_maintenance_with_duration_ends_after_that_many_hours() -> None:
 def test_maintenance_without_duration_lasts_until_cleared() -> None:
     schedule = scanned(completed_at=NOW)
     at = NOW + MINUTE
-    held = decide(schedule, maintenance_set(enabled=True, at=at), now=at,
-                  config=DEFAULT_CONFIG).schedule
+    held = decide(
+        schedule, maintenance_set(enabled=True, at=at), now=at, config=DEFAULT_CONFIG
+    ).schedule
     assert held is not None and held.maintenance_until is None
     assert wake_at(held, DEFAULT_CONFIG) is None
 
@@ -650,8 +715,9 @@ def test_maintenance_without_duration_lasts_until_cleared() -> None:
     assert still.dispatch == ()
     assert still.schedule is not None and still.schedule.maintenance_mode is True
 
-    cleared = decide(held, maintenance_set(enabled=False, at=much_later), now=much_later,
-                     config=DEFAULT_CONFIG)
+    cleared = decide(
+        held, maintenance_set(enabled=False, at=much_later), now=much_later, config=DEFAULT_CONFIG
+    )
     assert cleared.schedule is not None
     assert cleared.schedule.maintenance_mode is False
     assert cleared.schedule.state is ComplianceState.COMPLIANT
@@ -662,14 +728,19 @@ def test_maintenance_without_duration_lasts_until_cleared() -> None:
 def test_maintenance_ends_exactly_at_maintenance_until() -> None:
     schedule = scanned(score=100.0, completed_at=NOW)  # Next scan NOW + 24 h.
     start = NOW + timedelta(hours=1)
-    held = decide(schedule, maintenance_set(enabled=True, duration_hours=48, at=start),
-                  now=start, config=DEFAULT_CONFIG).schedule
+    held = decide(
+        schedule,
+        maintenance_set(enabled=True, duration_hours=48, at=start),
+        now=start,
+        config=DEFAULT_CONFIG,
+    ).schedule
     assert held is not None
     until = start + timedelta(hours=48)
     assert wake_at(held, DEFAULT_CONFIG) == until
 
-    just_before = decide(held, host_due(at=until - SECOND), now=until - SECOND,
-                         config=DEFAULT_CONFIG)
+    just_before = decide(
+        held, host_due(at=until - SECOND), now=until - SECOND, config=DEFAULT_CONFIG
+    )
     at_end = decide(held, host_due(at=until), now=until, config=DEFAULT_CONFIG)
 
     assert just_before.dispatch == ()
@@ -685,21 +756,33 @@ def test_maintenance_ends_exactly_at_maintenance_until() -> None:
 
 def test_short_maintenance_wakes_host_at_its_next_scheduled_scan() -> None:
     schedule = scanned(score=100.0, completed_at=NOW)
-    held = decide(schedule, maintenance_set(enabled=True, duration_hours=2, at=NOW), now=NOW,
-                  config=DEFAULT_CONFIG).schedule
+    held = decide(
+        schedule,
+        maintenance_set(enabled=True, duration_hours=2, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
 
     assert held is not None
     assert wake_at(held, DEFAULT_CONFIG) == NOW + timedelta(hours=24)
-    at_end = decide(held, host_due(at=NOW + timedelta(hours=2)), now=NOW + timedelta(hours=2),
-                    config=DEFAULT_CONFIG)
+    at_end = decide(
+        held,
+        host_due(at=NOW + timedelta(hours=2)),
+        now=NOW + timedelta(hours=2),
+        config=DEFAULT_CONFIG,
+    )
     assert at_end.dispatch == ()  # Maintenance over, but the host is not due yet.
     assert at_end.schedule is not None and at_end.schedule.maintenance_mode is False
 
 
 def test_due_index_wakes_host_exactly_when_maintenance_ends() -> None:
     schedule = scanned(score=30.0, completed_at=NOW)  # Next scan NOW + 2 h.
-    held = decide(schedule, maintenance_set(enabled=True, duration_hours=6, at=NOW), now=NOW,
-                  config=DEFAULT_CONFIG).schedule
+    held = decide(
+        schedule,
+        maintenance_set(enabled=True, duration_hours=6, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
     assert held is not None
     index = DueIndex()
     index.set(HOST, wake_at(held, DEFAULT_CONFIG))
@@ -718,15 +801,24 @@ def test_due_index_wakes_host_exactly_when_maintenance_ends() -> None:
 
 def test_successful_scan_during_maintenance_keeps_maintenance_state() -> None:
     schedule = scanned(score=100.0, completed_at=NOW)
-    held = decide(schedule, maintenance_set(enabled=True, duration_hours=24, at=NOW), now=NOW,
-                  config=DEFAULT_CONFIG).schedule
-    forced = decide(held, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE,
-                    config=DEFAULT_CONFIG).schedule
+    held = decide(
+        schedule,
+        maintenance_set(enabled=True, duration_hours=24, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    forced = decide(
+        held, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
+    ).schedule
     running = issued(forced, at=NOW + MINUTE)
     done = NOW + 10 * MINUTE
 
-    after = decide(running, scan_succeeded(in_flight_id(running), completed_at=done, score=40.0),
-                   now=done, config=DEFAULT_CONFIG).schedule
+    after = decide(
+        running,
+        scan_succeeded(in_flight_id(running), completed_at=done, score=40.0),
+        now=done,
+        config=DEFAULT_CONFIG,
+    ).schedule
 
     assert after is not None
     assert after.state is ComplianceState.MAINTENANCE
@@ -756,8 +848,9 @@ def test_force_scan_is_claimed_now_with_top_priority() -> None:
 
 def test_force_scan_runs_even_in_maintenance() -> None:
     schedule = scanned(completed_at=NOW)
-    held = decide(schedule, maintenance_set(enabled=True, at=NOW), now=NOW,
-                  config=DEFAULT_CONFIG).schedule
+    held = decide(
+        schedule, maintenance_set(enabled=True, at=NOW), now=NOW, config=DEFAULT_CONFIG
+    ).schedule
     at = NOW + timedelta(hours=1)
 
     decision = decide(held, scan_requested(at=at), now=at, config=DEFAULT_CONFIG)
@@ -793,12 +886,17 @@ def test_force_while_command_is_issued_runs_right_after_it_completes() -> None:
 
 def test_force_while_command_is_issued_runs_after_it_times_out() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
-    requested = decide(schedule, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE,
-                       config=DEFAULT_CONFIG).schedule
+    requested = decide(
+        schedule, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
+    ).schedule
     deadline = NOW + timedelta(seconds=600)
 
-    decision = decide(requested, command_timed_out(in_flight_id(schedule), deadline=deadline),
-                      now=deadline, config=DEFAULT_CONFIG)
+    decision = decide(
+        requested,
+        command_timed_out(in_flight_id(schedule), deadline=deadline),
+        now=deadline,
+        config=DEFAULT_CONFIG,
+    )
 
     [request] = decision.dispatch
     assert request.reason is CommandReason.FORCE and request.due_at == deadline
@@ -811,8 +909,9 @@ def test_force_while_claimed_but_not_issued_re_requests_the_same_command() -> No
     claimed = claimed_at(schedule, due, DEFAULT_CONFIG)
     assert claimed.in_flight is not None and claimed.in_flight.priority == 3
 
-    decision = decide(claimed, scan_requested(at=due + SECOND), now=due + SECOND,
-                      config=DEFAULT_CONFIG)
+    decision = decide(
+        claimed, scan_requested(at=due + SECOND), now=due + SECOND, config=DEFAULT_CONFIG
+    )
 
     [request] = decision.dispatch
     assert request.command_id == in_flight_id(claimed)
@@ -827,8 +926,9 @@ def test_force_on_a_down_host_is_refused() -> None:
     schedule = scanned(completed_at=NOW)
     down = schedule.model_copy(update={"status": HostStatus.DOWN})
 
-    decision = decide(down, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE,
-                      config=DEFAULT_CONFIG)
+    decision = decide(
+        down, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
+    )
 
     assert decision.ignored == "host_not_scannable"
     assert decision.dispatch == ()
@@ -842,13 +942,22 @@ def test_down_host_with_pending_force_does_not_wake_every_tick() -> None:
     an instant that has already passed (the worker would send HostDue on every tick).
     """
     schedule = issued(onboarded(at=NOW), at=NOW)
-    forced = decide(schedule, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE,
-                    config=DEFAULT_CONFIG).schedule
-    down = decide(forced, status_changed(status=HostStatus.DOWN, at=NOW + 2 * MINUTE),
-                  now=NOW + 2 * MINUTE, config=DEFAULT_CONFIG).schedule
+    forced = decide(
+        schedule, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
+    ).schedule
+    down = decide(
+        forced,
+        status_changed(status=HostStatus.DOWN, at=NOW + 2 * MINUTE),
+        now=NOW + 2 * MINUTE,
+        config=DEFAULT_CONFIG,
+    ).schedule
     done = NOW + 5 * MINUTE
-    after = decide(down, scan_succeeded(in_flight_id(schedule), completed_at=done), now=done,
-                   config=DEFAULT_CONFIG).schedule
+    after = decide(
+        down,
+        scan_succeeded(in_flight_id(schedule), completed_at=done),
+        now=done,
+        config=DEFAULT_CONFIG,
+    ).schedule
     assert after is not None and after.in_flight is None
 
     tick = done + SECOND
@@ -920,12 +1029,17 @@ def test_replan_keeps_the_retry_time_of_a_failed_scan() -> None:
     schedule = scanned(score=100.0, completed_at=NOW)
     due = schedule.next_scheduled_scan
     running = issued(claimed_at(schedule, due, DEFAULT_CONFIG), at=due)
-    failed = decide(running, scan_failed(in_flight_id(running), completed_at=due), now=due,
-                    config=DEFAULT_CONFIG).schedule
+    failed = decide(
+        running,
+        scan_failed(in_flight_id(running), completed_at=due),
+        now=due,
+        config=DEFAULT_CONFIG,
+    ).schedule
     assert failed is not None
 
-    after = decide(failed, replan(), now=due + MINUTE,
-                   config=SchedulerConfig(interval_compliant=60, version=1)).schedule
+    after = decide(
+        failed, replan(), now=due + MINUTE, config=SchedulerConfig(interval_compliant=60, version=1)
+    ).schedule
 
     assert after is not None
     assert after.next_scheduled_scan == due + timedelta(seconds=300)
@@ -934,8 +1048,12 @@ def test_replan_keeps_the_retry_time_of_a_failed_scan() -> None:
 def test_replan_while_in_flight_keeps_the_command() -> None:
     schedule = issued(onboarded(at=NOW), at=NOW)
 
-    decision = decide(schedule, replan(initialize=True), now=NOW + MINUTE,
-                      config=SchedulerConfig(priority_unknown=8, version=1))
+    decision = decide(
+        schedule,
+        replan(initialize=True),
+        now=NOW + MINUTE,
+        config=SchedulerConfig(priority_unknown=8, version=1),
+    )
 
     assert decision.dispatch == ()
     assert in_flight_id(decision.schedule) == in_flight_id(schedule)
@@ -952,7 +1070,6 @@ def test_wake_at_is_none_while_a_command_is_in_flight() -> None:
 def test_wake_at_is_the_next_scheduled_scan_of_an_idle_host() -> None:
     schedule = scanned(score=60.0, completed_at=NOW)
     assert wake_at(schedule, DEFAULT_CONFIG) == NOW + timedelta(minutes=360)
-
 
 
 def test_overdue_means_unscanned_for_longer_than_the_ceiling() -> None:
@@ -1002,14 +1119,19 @@ def test_due_index_pops_at_most_the_limit_per_tick() -> None:
     assert [host for host, _ in first] == ["host-4", "host-3", "host-2"]
     assert [host for host, _ in rest] == ["host-1", "host-0"]
 
+
 def _at(minutes: int) -> datetime:
     return NOW + timedelta(minutes=minutes)
 
 
 def test_version_grows_by_one_with_every_change() -> None:
     schedule = issued(onboarded(at=_at(0)), at=_at(0))
-    after = decide(schedule, scan_succeeded(in_flight_id(schedule), completed_at=_at(5)),
-                   now=_at(5), config=DEFAULT_CONFIG)
+    after = decide(
+        schedule,
+        scan_succeeded(in_flight_id(schedule), completed_at=_at(5)),
+        now=_at(5),
+        config=DEFAULT_CONFIG,
+    )
 
     assert schedule.version == 2
     assert after.schedule is not None and after.schedule.version == 3
@@ -1084,8 +1206,14 @@ def _input_for(
         timeout = timedelta(seconds=config.scan_timeout_seconds)
         return command_issued(running.command_id, at=now, timeout=timeout)
     if kind == "succeed" and running is not None:
-        return scan_succeeded(running.command_id, completed_at=now, score=score,
-                              critical=severity, high=severity, scan_id=f"scan-{now:%s}")
+        return scan_succeeded(
+            running.command_id,
+            completed_at=now,
+            score=score,
+            critical=severity,
+            high=severity,
+            scan_id=f"scan-{now:%s}",
+        )
     if kind == "fail" and running is not None:
         return scan_failed(running.command_id, completed_at=now, error=f"failed at {now}")
     if kind == "timeout" and running is not None and running.deadline is not None:
@@ -1146,15 +1274,20 @@ def _claims(decisions: Sequence[Decision]) -> list[str]:
 
 
 @PROPERTY
-@given(config=configs, score=st.floats(0, 100, allow_nan=False), severity=st.integers(0, 3),
-       delay=st.integers(0, 3600))
+@given(
+    config=configs,
+    score=st.floats(0, 100, allow_nan=False),
+    severity=st.integers(0, 3),
+    delay=st.integers(0, 3600),
+)
 def test_next_scan_never_exceeds_max_interval_after_a_successful_scan(
     config: SchedulerConfig, score: float, severity: int, delay: int
 ) -> None:
     schedule = issued(onboarded(at=NOW, config=config), at=NOW, config=config)
     completed = NOW + timedelta(seconds=delay)
-    result = scan_succeeded(in_flight_id(schedule), completed_at=completed, score=score,
-                            high=severity)
+    result = scan_succeeded(
+        in_flight_id(schedule), completed_at=completed, score=score, high=severity
+    )
 
     after = decide(schedule, result, now=completed + SECOND, config=config).schedule
 
@@ -1213,7 +1346,7 @@ def test_no_command_id_is_claimed_twice_for_one_host(
         assert schedule is not None
         if schedule.in_flight is not None:
             assert schedule.in_flight.command_id == command_id(
-                HOST, schedule.due_instance, schedule.attempt
+                HOST, schedule.due_instance, schedule.attempt, schedule.incarnation
             )
             for request in decision.dispatch:
                 assert request.command_id == schedule.in_flight.command_id

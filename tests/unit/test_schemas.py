@@ -76,8 +76,10 @@ def error_types(error: ValidationError) -> set[str]:
         (ScanCompleted, scan_result(completed_at=NAIVE)),
         (ScanCompleted, scan_result(started_at=NAIVE)),
         (HostDue, {"host_id": HOST, "wake_at": NAIVE}),
-        (HostSchedule, {"host_id": HOST, "next_scheduled_scan": NAIVE, "created_at": NOW,
-                        "updated_at": NOW}),
+        (
+            HostSchedule,
+            {"host_id": HOST, "next_scheduled_scan": NAIVE, "created_at": NOW, "updated_at": NOW},
+        ),
     ],
     ids=["object-event", "scan-completed", "scan-started", "host-due", "host-schedule"],
 )
@@ -204,8 +206,10 @@ def change(type_: str, **values: Any) -> dict[str, Any]:
     [
         (change("config.updated", changes={"interval_critical": 30}), ConfigUpdated),
         (change("scheduler.toggled", enabled=False), SchedulerToggled),
-        (change("host.maintenance_set", host_id=HOST, enabled=True, duration_hours=4),
-         HostMaintenanceSet),
+        (
+            change("host.maintenance_set", host_id=HOST, enabled=True, duration_hours=4),
+            HostMaintenanceSet,
+        ),
         (change("host.scan_requested", host_id=HOST), HostScanRequested),
         (change("host.status_changed", host_id=HOST, status="down"), HostStatusChanged),
         (change("hosts.initialize_requested"), HostsInitializeRequested),
