@@ -111,25 +111,13 @@ async def test_killed_worker_loses_no_host_and_reissues_no_instance_under_a_new_
         await asyncio.sleep(2.0)
         workers(cluster_settings)
         seen_before_restart = len(fleet.commands)
-        try:
-            await wait_until(
-                lambda: all(len(fleet.commands_for(host)) >= CYCLES for host in hosts),
-                timeout=120,
-                what=f"{CYCLES} scans of every host after a kill -9",
-            )
-        except AssertionError:
-            import collections
-            import json
-            counts = collections.Counter(len(fleet.commands_for(h)) for h in hosts)
-            print("COUNTS", counts, "inflight", len(fleet.in_flight), "total", len(fleet.commands))
-            lagging = [h for h in hosts if len(fleet.commands_for(h)) < CYCLES][:5]
-            for h in lagging:
-                print(h, json.dumps(fleet.commands_for(h))[:600])
-            for i, w in enumerate(started):
-                print("WORKER", i, w.log()[-3000:])
-            raise
+        await wait_until(
+            lambda: all(len(fleet.commands_for(host)) >= CYCLES for host in hosts),
+            timeout=240,
+            what=f"{CYCLES} scans of every host after a kill -9",
+        )
     recovered_in = time.monotonic() - killed_at
     assert len(fleet.commands) > seen_before_restart
     assert fleet.max_in_flight <= CAP
     _assert_one_command_id_per_due_instance(fleet.commands)
-    assert recovered_in < 300
+    assert recovered_in < 240
