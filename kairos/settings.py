@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     connect_timeout_seconds: float = Field(
         default=10.0, gt=0, le=120, description="Give up reaching Kafka/PostgreSQL after this."
     )
+    projector_enabled: bool = Field(
+        default=True, description="Run the PostgreSQL projector inside each worker."
+    )
     workdir: Path = Field(default=Path(".kairos/worker"), description="Worker's local data.")
     api_host: str = Field(default="127.0.0.1", description="API bind address.")
     api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")

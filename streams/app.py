@@ -46,6 +46,7 @@ from streams.due_index import DueIndex
 from streams.policy.config import apply_config_change
 from streams.policy.dispatch import DispatchQueue
 from streams.policy.host import Decision, decide, wake_at
+from streams.projection.runner import Projector
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,9 @@ class KairosWorker:
         app.agent(self.dispatch_topic, name="dispatcher", concurrency=1)(self._dispatcher)
         app.timer(settings.tick_seconds, name="due-tick")(self._tick)
         app.task(self._follow_control)
+        if settings.projector_enabled:
+            self.projector = Projector(settings, self.clock)
+            app.task(self.projector.run)
         return app
 
     def _faust_security(self) -> dict[str, Any]:

@@ -8,9 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from schemas.commands import DeadLetter
+from schemas.commands import DeadLetter, ScanCommand
 from schemas.events import ObjectEvent, ScanCompleted, ScheduleChange
 from schemas.internal import ControlMessage, DispatchMessage, HostSignal
+from schemas.state import HostStateChanged
 from streams.policy.ids import message_id
 
 RAW_KEPT_CHARS = 10_000
@@ -21,6 +22,9 @@ scan_completed = TypeAdapter(ScanCompleted)
 host_signal: TypeAdapter[Any] = TypeAdapter(HostSignal)
 dispatch_message: TypeAdapter[Any] = TypeAdapter(DispatchMessage)
 control_message: TypeAdapter[Any] = TypeAdapter(ControlMessage)
+host_state_changed = TypeAdapter(HostStateChanged)
+scan_command = TypeAdapter(ScanCommand)
+dead_letter_message = TypeAdapter(DeadLetter)
 
 
 class Undecodable(ValueError):

@@ -1,0 +1,1 @@
+"""The projection: the worker's events, written into the PostgreSQL read model."""

@@ -1,0 +1,297 @@
+"""`apply(changes, conn)`: one batch of decoded changes into PostgreSQL, in one transaction.
+
+Every write is idempotent: host rows are guarded by their version, results, commands and
+dead letters by their ids, so a replayed or reordered batch never overwrites newer state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from schemas.commands import DeadLetter, ScanCommand
+from schemas.events import ScanCompleted, ScanStatus
+from schemas.internal import CommandTimedOut, ConfigPublished
+from schemas.state import HostSchedule, HostStateChanged
+
+Change = (
+    HostStateChanged | ScanCompleted | ScanCommand | DeadLetter | CommandTimedOut | ConfigPublished
+)
+
+FLAGS = ("in_flight", "maintenance", "inactive", "down")
+
+_HOST_COLUMNS = (
+    "host_id", "state", "compliance_state", "score", "current_interval_minutes",
+    "next_scheduled_scan", "last_scan_completed", "last_scan_id", "last_error",
+    "maintenance_mode", "maintenance_until", "scan_priority", "consecutive_scan_failures",
+    "in_flight_command_id", "is_active", "status", "hostname", "organization", "attributes",
+    "labels", "version", "deleted", "created_at", "updated_at",
+)  # fmt: skip
+
+_UPSERT_HOST = (
+    f"INSERT INTO host_schedule ({', '.join(_HOST_COLUMNS)}) "
+    f"VALUES ({', '.join(['%s'] * len(_HOST_COLUMNS))}) "
+    "ON CONFLICT (host_id) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in _HOST_COLUMNS[1:])
+    + " WHERE excluded.version > host_schedule.version"
+)
+
+_DELETE_HOST = (
+    "UPDATE host_schedule SET deleted = true, in_flight_command_id = NULL, version = %s,"
+    " updated_at = %s WHERE host_id = %s AND version < %s"
+)
+
+
+@dataclass
+class BatchSummary:
+    """What one applied batch did, for lag and throughput measurement."""
+
+    applied: int = 0
+    newest_event_at: datetime | None = None
+    by_type: Counter[str] = field(default_factory=Counter)
+
+    def saw(self, kind: str, at: datetime | None) -> None:
+        self.applied += 1
+        self.by_type[kind] += 1
+        if at is not None and (self.newest_event_at is None or at > self.newest_event_at):
+            self.newest_event_at = at
+
+
+async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> BatchSummary:
+    """Write `changes` in one transaction; the caller commits offsets only after this returns."""
+    summary = BatchSummary()
+    async with conn.transaction():
+        hosts = _latest_per_host(c for c in changes if isinstance(c, HostStateChanged))
+        await _apply_hosts(conn, hosts)
+        for change in hosts:
+            summary.saw("host_state", change.changed_at)
+        await _apply_results(conn, [c for c in changes if isinstance(c, ScanCompleted)], summary)
+        await _apply_commands(conn, [c for c in changes if isinstance(c, ScanCommand)], summary)
+        await _apply_timeouts(conn, [c for c in changes if isinstance(c, CommandTimedOut)], summary)
+        await _apply_dead_letters(conn, [c for c in changes if isinstance(c, DeadLetter)], summary)
+        configs = [c for c in changes if isinstance(c, ConfigPublished)]
+        if configs:
+            await _apply_config(conn, max(configs, key=lambda c: c.config.version), summary)
+    return summary
+
+
+def _latest_per_host(changes: Iterable[HostStateChanged]) -> list[HostStateChanged]:
+    latest: dict[str, HostStateChanged] = {}
+    for change in changes:
+        current = latest.get(change.host_id)
+        if current is None or change.version > current.version:
+            latest[change.host_id] = change
+    return sorted(latest.values(), key=lambda change: change.host_id)
+
+
+async def _apply_hosts(conn: psycopg.AsyncConnection, changes: list[HostStateChanged]) -> None:
+    if not changes:
+        return
+    ids = [change.host_id for change in changes]
+    # Lock in host_id order (the list is sorted) so concurrent projectors cannot deadlock.
+    cursor = await conn.execute(
+        "SELECT host_id, version, deleted, state, in_flight_command_id IS NOT NULL,"
+        " maintenance_mode, NOT is_active, status = 'down'"
+        " FROM host_schedule WHERE host_id = ANY(%s) ORDER BY host_id FOR UPDATE",
+        (ids,),
+    )
+    before = {row[0]: row for row in await cursor.fetchall()}
+    state_delta: Counter[str] = Counter()
+    flag_delta: Counter[str] = Counter()
+    upserts: list[tuple[Any, ...]] = []
+    deletes: list[tuple[Any, ...]] = []
+    for change in changes:
+        old = before.get(change.host_id)
+        if old is not None and old[1] >= change.version:
+            continue  # A replay or a reordered older change: the row is newer already.
+        if old is not None and not old[2]:
+            state_delta[old[3]] -= 1
+            for flag, was_set in zip(FLAGS, old[4:8], strict=True):
+                flag_delta[flag] -= int(bool(was_set))
+        schedule = change.schedule
+        if schedule is None:
+            if old is not None:
+                deletes.append((change.version, change.changed_at, change.host_id, change.version))
+            continue
+        state_delta[schedule.state.value] += 1
+        for flag, is_set in zip(FLAGS, _flags(schedule), strict=True):
+            flag_delta[flag] += int(is_set)
+        upserts.append(_host_row(schedule))
+    async with conn.cursor() as cursor:
+        if upserts:
+            await cursor.executemany(_UPSERT_HOST, upserts)
+        if deletes:
+            await cursor.executemany(_DELETE_HOST, deletes)
+    await _bump(conn, "host_state_counts", "state", state_delta)
+    await _bump(conn, "host_flag_counts", "flag", flag_delta)
+
+
+def _flags(schedule: HostSchedule) -> tuple[bool, bool, bool, bool]:
+    return (
+        schedule.in_flight is not None,
+        schedule.maintenance_mode,
+        not schedule.is_active,
+        schedule.status.value == "down",
+    )
+
+
+def _host_row(schedule: HostSchedule) -> tuple[Any, ...]:
+    attributes = schedule.attributes
+    return (
+        schedule.host_id,
+        schedule.state.value,
+        schedule.compliance_state.value,
+        schedule.score,
+        schedule.current_interval_minutes,
+        schedule.next_scheduled_scan,
+        schedule.last_scan_completed,
+        schedule.last_scan_id,
+        schedule.last_error,
+        schedule.maintenance_mode,
+        schedule.maintenance_until,
+        schedule.scan_priority,
+        schedule.consecutive_scan_failures,
+        schedule.in_flight_command_id,
+        schedule.is_active,
+        schedule.status.value,
+        attributes.hostname,
+        attributes.organization,
+        Jsonb(attributes.model_dump(mode="json", exclude={"labels"})),
+        Jsonb(attributes.labels),
+        schedule.version,
+        False,
+        schedule.created_at,
+        schedule.updated_at,
+    )
+
+
+async def _bump(
+    conn: psycopg.AsyncConnection, table: str, column: str, delta: Counter[str]
+) -> None:
+    rows = sorted((key, amount) for key, amount in delta.items() if amount)
+    if not rows:
+        return
+    async with conn.cursor() as cursor:
+        await cursor.executemany(
+            f"INSERT INTO {table} ({column}, hosts) VALUES (%s, %s) "
+            f"ON CONFLICT ({column}) DO UPDATE SET hosts = {table}.hosts + excluded.hosts",
+            rows,
+        )
+
+
+async def _apply_results(
+    conn: psycopg.AsyncConnection, results: list[ScanCompleted], summary: BatchSummary
+) -> None:
+    if not results:
+        return
+    async with conn.cursor() as cursor:
+        await cursor.executemany(
+            "INSERT INTO scan_results (event_id, command_id, host_id, scanner, status, started_at,"
+            " completed_at, score, passed, failed, severity_critical_failed,"
+            " severity_high_failed, severity_medium_failed, severity_low_failed, scan_id, error)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (event_id) DO NOTHING",
+            [
+                (
+                    r.event_id, r.command_id, r.host_id, r.scanner, r.status.value, r.started_at,
+                    r.completed_at, r.score, r.passed, r.failed, r.severity_critical_failed,
+                    r.severity_high_failed, r.severity_medium_failed, r.severity_low_failed,
+                    r.scan_id, r.error,
+                )  # fmt: skip
+                for r in results
+            ],
+        )
+        await cursor.executemany(
+            "UPDATE scan_commands SET outcome = %s, outcome_at = %s"
+            " WHERE command_id = %s AND outcome IS NULL",
+            [
+                (
+                    "completed" if r.status is ScanStatus.SUCCEEDED else "failed",
+                    r.completed_at,
+                    r.command_id,
+                )
+                for r in results
+            ],
+        )
+    for result in results:
+        summary.saw("scan_result", result.completed_at)
+
+
+async def _apply_commands(
+    conn: psycopg.AsyncConnection, commands: list[ScanCommand], summary: BatchSummary
+) -> None:
+    if not commands:
+        return
+    async with conn.cursor() as cursor:
+        await cursor.executemany(
+            "INSERT INTO scan_commands (command_id, host_id, scanner, priority, reason, state,"
+            " due_at, issued_at, deadline, attempt, schedule_id)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (command_id) DO NOTHING",
+            [
+                (
+                    c.command_id, c.host_id, c.scanner, c.priority, c.reason.value,
+                    c.state.value, c.due_at, c.issued_at, c.deadline, c.attempt, c.schedule_id,
+                )  # fmt: skip
+                for c in commands
+            ],
+        )
+    for command in commands:
+        summary.saw("scan_command", command.issued_at)
+
+
+async def _apply_timeouts(
+    conn: psycopg.AsyncConnection, timeouts: list[CommandTimedOut], summary: BatchSummary
+) -> None:
+    if not timeouts:
+        return
+    async with conn.cursor() as cursor:
+        await cursor.executemany(
+            "UPDATE scan_commands SET outcome = 'timed_out', outcome_at = %s"
+            " WHERE command_id = %s AND outcome IS NULL",
+            [(t.deadline, t.command_id) for t in timeouts],
+        )
+    for timeout in timeouts:
+        summary.saw("command_timed_out", timeout.deadline)
+
+
+async def _apply_dead_letters(
+    conn: psycopg.AsyncConnection, letters: list[DeadLetter], summary: BatchSummary
+) -> None:
+    if not letters:
+        return
+    async with conn.cursor() as cursor:
+        await cursor.executemany(
+            'INSERT INTO dead_letters (event_id, source_topic, partition, "offset", key, error,'
+            " raw, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (event_id) DO NOTHING",
+            [
+                (
+                    d.event_id, d.source_topic, d.partition, d.offset, d.key, d.error, d.raw,
+                    d.received_at,
+                )  # fmt: skip
+                for d in letters
+            ],
+        )
+    for letter in letters:
+        summary.saw("dead_letter", letter.received_at)
+
+
+async def _apply_config(
+    conn: psycopg.AsyncConnection, published: ConfigPublished, summary: BatchSummary
+) -> None:
+    config = published.config
+    await conn.execute(
+        "INSERT INTO scheduler_config (id, config, version, updated_at)"
+        " VALUES (true, %s, %s, now())"
+        " ON CONFLICT (id) DO UPDATE SET config = excluded.config, version = excluded.version,"
+        " updated_at = excluded.updated_at WHERE excluded.version > scheduler_config.version",
+        (Jsonb(config.model_dump(mode="json")), config.version),
+    )
+    summary.saw("config", None)
