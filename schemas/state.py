@@ -56,7 +56,9 @@ class HostSchedule(Contract):
     is_active: bool = True
     status: HostStatus = HostStatus.UP
     attributes: ObjectAttributes = Field(default_factory=ObjectAttributes)
-    recent_event_ids: tuple[str, ...] = ()
+    recent_event_ids: tuple[str, ...] = Field(
+        default=(), description="Fingerprints of the latest event ids applied, for dedupe."
+    )
     created_at: Timestamp
     updated_at: Timestamp
 

@@ -196,7 +196,7 @@ class KairosWorker:
             if after is None:
                 self.hosts.pop(host_id, None)
             else:
-                self.hosts[host_id] = after.model_dump_json().encode()
+                self.hosts[host_id] = after.model_dump_json(exclude_none=True).encode()
             if after is None or before is None or after.version != before.version:
                 change = HostStateChanged(
                     host_id=host_id,

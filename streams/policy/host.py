@@ -36,11 +36,11 @@ from schemas.internal import (
 )
 from schemas.state import HostSchedule, InFlightCommand
 from streams.policy.compliance import compliance_state, interval, interval_minutes
-from streams.policy.ids import command_id, spread_offset_seconds
+from streams.policy.ids import command_id, event_fingerprint, spread_offset_seconds
 
 HOST_OBJECT_TYPE = "host"
 FORCE_PRIORITY = 10
-RECENT_EVENT_IDS_KEPT = 16
+RECENT_EVENT_IDS_KEPT = 8
 
 HostInput = (
     ObjectEvent
@@ -89,7 +89,7 @@ def decide(
     """Fold `event` into `schedule` at instant `now` under `config`."""
     event_id = getattr(event, "event_id", None)
     if schedule is not None and event_id is not None:
-        if str(event_id) in schedule.recent_event_ids:
+        if event_fingerprint(event_id) in schedule.recent_event_ids:
             return Decision(schedule, ignored="duplicate_event")
 
     if isinstance(event, ObjectEvent):
@@ -396,7 +396,7 @@ def _finish(
 ) -> Decision:
     values = draft.values
     if event_id is not None:
-        recent = (*values["recent_event_ids"], str(event_id))
+        recent = (*values["recent_event_ids"], event_fingerprint(event_id))
         values["recent_event_ids"] = recent[-RECENT_EVENT_IDS_KEPT:]
     unchanged_fields = before is not None and _same_schedule(before.model_dump(), values)
     if unchanged_fields and not draft.dispatch and not draft.releases:

@@ -28,3 +28,8 @@ def spread_offset_seconds(host_id: str, window_seconds: int) -> int:
         return 0
     digest = hashlib.blake2b(host_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % window_seconds
+
+
+def event_fingerprint(event_id: object) -> str:
+    """A short, collision-safe-enough key for remembering recent event ids per host (64 bits)."""
+    return str(event_id).replace("-", "")[:16]
