@@ -233,3 +233,62 @@ async def test_results_for_a_deleted_host_are_ignored(settings: Settings, worker
     await producer.stop()
     assert [command["host_id"] for command in fleet.commands] == ["gone-1", "next-1"]
     assert worker.process.poll() is None
+
+
+async def test_config_change_replans_scheduled_hosts_from_their_last_completion(
+    fast_settings: Settings, workers
+) -> None:
+    workers(fast_settings)
+    names = fast_settings.topics
+    producer = await start_producer(fast_settings)
+    # Compliant hosts wait a day (24 s here): long enough to change the interval meanwhile.
+    async with ScannerFleet(fast_settings, score_for=always(100)) as fleet:
+        await publish(producer, names.object_created, "replan-1", host_created("replan-1"))
+        await wait_until(lambda: len(fleet.commands) >= 1, timeout=15, what="the first scan")
+        await asyncio.sleep(1.0)
+        await publish(
+            producer, names.schedule_changes, CONFIG_KEY, config_updated(interval_compliant=120)
+        )
+        await wait_until(lambda: len(fleet.commands) >= 2, timeout=15, what="the re-planned scan")
+    await producer.stop()
+    first, replanned = fleet.commands[:2]
+    assert replanned["state"] == "compliant" and replanned["reason"] == "scheduled"
+    assert at(replanned["due_at"]) == at(first["issued_at"]) + timedelta(minutes=120)
+
+
+async def test_new_hosts_first_scans_spread_over_the_initial_window(make_settings, workers) -> None:
+    # One scheduler minute per second: a ten-minute window takes ten seconds.
+    settings = make_settings(clock_speed=60.0, clock_origin=datetime.now(UTC))
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    window = timedelta(minutes=10)
+    await publish(
+        producer,
+        names.schedule_changes,
+        CONFIG_KEY,
+        config_updated(initial_spread_seconds=int(window.total_seconds())),
+    )
+    await asyncio.sleep(1.0)
+    hosts = [f"bulk-{n:02d}" for n in range(40)]
+    async with ScannerFleet(settings) as fleet:
+        for host in hosts:
+            await producer.send(
+                names.object_created,
+                host_created(host).model_dump_json().encode(),
+                key=host.encode(),
+            )
+        await producer.flush()
+        await wait_until(
+            lambda: {c["host_id"] for c in fleet.commands} >= set(hosts),
+            timeout=30,
+            what="every bulk-imported host scanned once",
+        )
+    await producer.stop()
+    firsts: dict[str, datetime] = {}
+    for command in fleet.commands:
+        firsts.setdefault(command["host_id"], at(command["due_at"]))
+    earliest, latest = min(firsts.values()), max(firsts.values())
+    assert latest - earliest > window / 2, "first scans were not spread"
+    # The hosts arrived within a second or so of wall time, a minute or so of scheduler time.
+    assert latest - earliest <= window + timedelta(minutes=2)
