@@ -236,6 +236,32 @@ def token_create(
     print(token)
 
 
+@token_app.command("revoke")
+def token_revoke(
+    name: Annotated[str | None, typer.Option(help="Revoke every token with this name.")] = None,
+    token: Annotated[str | None, typer.Option(help="Revoke this token.")] = None,
+) -> None:
+    """Revoke tokens by name or by value; takes effect on the next request."""
+    from api.tokens import revoke_token
+    from kairos.db import DatabaseUnavailable, connect
+
+    if (name is None) == (token is None):
+        raise _fail("give exactly one of --name or --token")
+    settings = _settings()
+
+    async def revoke() -> int:
+        async with await connect(settings.database_url) as conn:
+            return await revoke_token(conn, name=name, token=token)
+
+    try:
+        revoked = asyncio.run(revoke())
+    except DatabaseUnavailable as error:
+        raise _fail(str(error)) from None
+    print(f"revoked {revoked} token(s)")
+    if not revoked:
+        raise typer.Exit(code=1)
+
+
 def main() -> None:
     app()
 
