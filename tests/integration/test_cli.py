@@ -1,0 +1,71 @@
+"""The operator interface: clear failures, idempotent migrations, tokens on the last line."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import psycopg
+import pytest
+
+from kairos.localstack.ports import free_port
+from kairos.settings import Settings
+from tests.support.stack import kairos_executable, settings_env
+
+pytestmark = pytest.mark.integration
+
+
+def run_kairos(settings: Settings, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*kairos_executable(), *args],
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("command", [["worker"], ["api"], ["db", "migrate"]])
+def test_unreachable_dependency_gets_one_clear_line_and_a_nonzero_exit_quickly(
+    settings: Settings, command: list[str]
+) -> None:
+    closed = f"127.0.0.1:{free_port()}"
+    broken = settings.model_copy(
+        update={
+            "kafka_bootstrap_servers": closed
+            if command[0] != "db"
+            else settings.kafka_bootstrap_servers,
+            "database_url": f"postgresql://postgres@{closed}/nowhere",
+            "connect_timeout_seconds": 5.0,
+        }
+    )
+    started = time.monotonic()
+    result = run_kairos(broken, *command, timeout=30)
+    took = time.monotonic() - started
+    assert result.returncode == 2
+    assert took < 15
+    assert "Traceback" not in result.stderr + result.stdout
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("kairos:")]
+    assert closed in line
+    assert ("Kafka" in line) or ("PostgreSQL" in line)
+
+
+def test_migrations_apply_once_and_token_is_the_last_line(settings: Settings) -> None:
+    first = run_kairos(settings, "db", "migrate")
+    second = run_kairos(settings, "db", "migrate")
+    assert first.returncode == 0 and "applied: 001_read_model.sql" in first.stdout
+    assert second.returncode == 0 and "current" in second.stdout
+
+    created = run_kairos(settings, "token", "create", "--role", "SECURITY_ANALYST", "--name", "ci")
+    assert created.returncode == 0
+    token = created.stdout.strip().splitlines()[-1]
+    assert token.startswith("kairos_") and " " not in token
+    with psycopg.connect(settings.database_url) as conn:
+        rows = conn.execute("SELECT name, role, token_hash FROM api_tokens").fetchall()
+    assert [(name, role) for name, role, _ in rows] == [("ci", "SECURITY_ANALYST")]
+    assert token not in rows[0][2], "tokens are stored hashed"
+
+    revoked = run_kairos(settings, "token", "revoke", "--name", "ci")
+    assert revoked.returncode == 0 and "revoked 1" in revoked.stdout
+    refused = run_kairos(settings, "token", "create", "--role", "KING")
+    assert refused.returncode == 2 and "unknown role" in refused.stderr
