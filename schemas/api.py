@@ -1,13 +1,15 @@
-"""API bodies and roles."""
+"""API bodies and roles: what the HTTP API accepts and answers."""
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, create_model
 
-from schemas.base import Contract
+from schemas.base import CommandReason, ComplianceState, Contract, HostStatus, Timestamp
+from schemas.config import ConfigChanges, SchedulerConfig
 
 
 class Role(IntEnum):
@@ -17,6 +19,27 @@ class Role(IntEnum):
     SECURITY_ANALYST = 2
     SECURITY_ADMIN = 3
     SUPER_ADMIN = 4
+
+
+# --- errors and acknowledgements ---------------------------------------------------------
+
+
+class FieldErrorPublic(Contract):
+    """One invalid input, named by the field that carried it."""
+
+    field: str = Field(description="Dotted name of the field, e.g. `interval_critical`.")
+    location: str = Field(description="Where the field was: body, query, path or header.")
+    message: str
+    type: str = Field(description="Machine-readable kind of the error.")
+
+
+class ErrorPublic(Contract):
+    """The one shape of every error the API answers."""
+
+    detail: str = Field(description="What went wrong, in words.")
+    errors: list[FieldErrorPublic] | None = Field(
+        default=None, description="The invalid fields, on 422 answers."
+    )
 
 
 class Accepted(Contract):
@@ -31,6 +54,223 @@ class HealthPublic(Contract):
 
 
 class ReadinessPublic(Contract):
+    """Whether the API can serve: both dependencies must be "ok"."""
+
+    detail: str = Field(description="`ready`, or what is not.")
     status: str
     kafka: str
     database: str
+
+
+# --- scheduler -----------------------------------------------------------------------------
+
+
+class SchedulerConfigPublic(SchedulerConfig):
+    """The scheduler configuration as projected; defaults (version 0) before any change."""
+
+    updated_at: Timestamp | None = None
+
+
+class StatusPublic(Contract):
+    """The scheduler at a glance, from counters the projector keeps current."""
+
+    enabled: bool
+    config_version: int
+    hosts_total: int = Field(description="Hosts known to the read model (not deleted).")
+    by_state: dict[str, int] = Field(description="Hosts per state, `maintenance` included.")
+    in_flight: int = Field(description="Hosts with a scan command outstanding.")
+    maintenance: int
+    inactive: int
+    down: int
+    overdue: int = Field(
+        description="Active, up hosts outside maintenance, past their next scan, none in flight."
+    )
+    due_next_hour: int = Field(description="Hosts outside maintenance due within the hour.")
+    max_concurrent_scans: int
+    projection_lag_seconds: float | None = Field(
+        description="How far the read model trails the events: seconds from the newest event "
+        "projected to its projection (worst source); null before the projector wrote anything."
+    )
+    projection_backlog: int | None = Field(
+        description="Messages the projector had yet to apply at its last write; null if unknown."
+    )
+    projection_applied_at: Timestamp | None = Field(
+        description="When the projector last wrote; a stalled projector shows here."
+    )
+    as_of: Timestamp
+
+
+def _json_integer(value: object) -> object:
+    """Only JSON numbers: `true` and `"5"` are not integers in a JSON body, whatever Python
+    would make of them (1.0 still is one, as JSON Schema says)."""
+    if isinstance(value, bool | str | bytes):
+        raise ValueError("must be a JSON integer")
+    return value
+
+
+def _given_never_null(model: type[BaseModel]) -> dict[str, Any]:
+    """The fields of a partial-update model, each optional to give but never null."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        assert info.annotation == int | None, f"{name}: only optional ints are expected"
+        # Constraints first, so they stay on the integer schema (minimum/maximum).
+        constrained = Annotated[(int, *info.metadata, BeforeValidator(_json_integer))]
+        fields[name] = (constrained, Field(default=None, description=info.description))
+    return fields
+
+
+ConfigUpdate: type[BaseModel] = create_model(
+    "ConfigUpdate",
+    __doc__="Body of PUT /config: the fields to change, at least one, with the ranges of "
+    "SchedulerConfig.",
+    __config__=ConfigDict(frozen=True, extra="forbid", json_schema_extra={"minProperties": 1}),
+    **_given_never_null(ConfigChanges),
+)
+
+
+class MaintenanceUpdate(Contract):
+    """Put a host in maintenance (for `duration_hours`, or until turned off) or take it out."""
+
+    enabled: StrictBool
+    duration_hours: Annotated[int, Field(ge=1, le=168), BeforeValidator(_json_integer)] | None = (
+        Field(default=None, description="Hours; omitted or null = until turned off.")
+    )
+
+
+# --- hosts ---------------------------------------------------------------------------------
+
+
+class HostPublic(Contract):
+    """One host in a list."""
+
+    host_id: str
+    hostname: str | None
+    organization: str | None
+    labels: dict[str, str]
+    state: ComplianceState
+    score: float | None
+    current_interval_minutes: int
+    next_scheduled_scan: Timestamp
+    last_scan_completed: Timestamp | None
+    maintenance_mode: bool
+    maintenance_until: Timestamp | None
+    scan_priority: int
+    consecutive_scan_failures: int
+    in_flight_command_id: str | None
+    is_active: bool
+    status: HostStatus
+    version: int
+
+
+class HostsPublic(Contract):
+    data: list[HostPublic]
+    count: int = Field(description="Hosts matching the filters, over all pages.")
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `cursor` for the next page; null on the last page."
+    )
+
+
+class ScanResultPublic(Contract):
+    """A scanner's result for one command."""
+
+    kind: Literal["scan"] = "scan"
+    event_id: UUID
+    command_id: str
+    host_id: str
+    scanner: str
+    status: str
+    started_at: Timestamp | None
+    completed_at: Timestamp
+    score: float | None
+    passed: int
+    failed: int
+    severity_critical_failed: int
+    severity_high_failed: int
+    severity_medium_failed: int
+    severity_low_failed: int
+    scan_id: str | None
+    error: str | None
+
+
+class CommandPublic(Contract):
+    """A scan command Kairos issued, with its outcome once known."""
+
+    kind: Literal["command"] = "command"
+    command_id: str
+    host_id: str
+    scanner: str
+    priority: int
+    reason: CommandReason
+    state: ComplianceState
+    due_at: Timestamp
+    issued_at: Timestamp
+    deadline: Timestamp
+    attempt: int
+    schedule_id: str | None
+    outcome: str | None = Field(description="completed, failed, timed_out, superseded or null.")
+    outcome_at: Timestamp | None
+
+
+class CommandDetailPublic(CommandPublic):
+    results: list[ScanResultPublic] = Field(description="Results received for this command.")
+
+
+class HostDetailPublic(Contract):
+    """A host's schedule and its latest compliance data."""
+
+    host_id: str
+    hostname: str | None
+    organization: str | None
+    labels: dict[str, str]
+    state: ComplianceState
+    compliance_state: ComplianceState
+    score: float | None
+    current_interval_minutes: int
+    next_scheduled_scan: Timestamp
+    last_scan_completed: Timestamp | None
+    last_scan_id: str | None
+    last_error: str | None
+    maintenance_mode: bool
+    maintenance_until: Timestamp | None
+    scan_priority: int
+    consecutive_scan_failures: int
+    in_flight_command_id: str | None
+    is_active: bool
+    status: HostStatus
+    version: int
+    created_at: Timestamp
+    updated_at: Timestamp
+    latest_scan: ScanResultPublic | None = Field(
+        description="The newest result of the compliance scanner, if any."
+    )
+
+
+HistoryEntryPublic = Annotated[ScanResultPublic | CommandPublic, Field(discriminator="kind")]
+
+
+class HostHistoryPublic(Contract):
+    """Scans and commands of one host, newest first."""
+
+    data: list[HistoryEntryPublic]
+    count: int
+    next_cursor: str | None = None
+
+
+# --- operations ----------------------------------------------------------------------------
+
+
+class DeadLetterPublic(Contract):
+    event_id: UUID
+    source_topic: str
+    partition: int | None
+    offset: int | None
+    key: str | None
+    error: str
+    raw: str
+    received_at: Timestamp
+
+
+class DeadLettersPublic(Contract):
+    data: list[DeadLetterPublic]
+    count: int
+    next_cursor: str | None = None

@@ -1,0 +1,116 @@
+"""Prometheus text exposition, without a client library: request counts and latency per
+route template, plus gauges read at scrape time (pool statistics, projection lag)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+UNMATCHED = "unmatched"
+"""Route label of requests no route matched, so scanners cannot blow up label cardinality."""
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(pairs: Iterable[tuple[str, str]]) -> str:
+    inner = ",".join(f'{name}="{_escape(value)}"' for name, value in pairs)
+    return f"{{{inner}}}" if inner else ""
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+
+
+class RequestMetrics:
+    """Counters and a latency histogram keyed by (method, route template, status)."""
+
+    def __init__(self) -> None:
+        self.requests: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        self.buckets: defaultdict[tuple[str, str], list[int]] = defaultdict(
+            lambda: [0] * len(BUCKETS)
+        )
+        self.sums: defaultdict[tuple[str, str], float] = defaultdict(float)
+        self.counts: defaultdict[tuple[str, str], int] = defaultdict(int)
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests[(method, route, str(status))] += 1
+        key = (method, route)
+        for index, bound in enumerate(BUCKETS):
+            if seconds <= bound:
+                self.buckets[key][index] += 1
+        self.sums[key] += seconds
+        self.counts[key] += 1
+
+    def lines(self) -> list[str]:
+        out = [
+            "# HELP kairos_api_requests_total Requests answered, by method, route and status.",
+            "# TYPE kairos_api_requests_total counter",
+        ]
+        for (method, route, status), value in sorted(self.requests.items()):
+            labels = _labels([("method", method), ("route", route), ("status", status)])
+            out.append(f"kairos_api_requests_total{labels} {value}")
+        out += [
+            "# HELP kairos_api_request_duration_seconds Time to answer, by method and route.",
+            "# TYPE kairos_api_request_duration_seconds histogram",
+        ]
+        for (method, route), counts in sorted(self.buckets.items()):
+            base = [("method", method), ("route", route)]
+            for bound, value in zip(BUCKETS, counts, strict=True):
+                labels = _labels([*base, ("le", _number(bound))])
+                out.append(f"kairos_api_request_duration_seconds_bucket{labels} {value}")
+            total = self.counts[(method, route)]
+            inf = _labels([*base, ("le", "+Inf")])
+            out.append(f"kairos_api_request_duration_seconds_bucket{inf} {total}")
+            out.append(
+                f"kairos_api_request_duration_seconds_sum{_labels(base)} "
+                f"{_number(self.sums[(method, route)])}"
+            )
+            out.append(f"kairos_api_request_duration_seconds_count{_labels(base)} {total}")
+        return out
+
+
+def gauge(name: str, help_text: str, value: float | None) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    if value is not None:
+        lines.append(f"{name} {_number(value)}")
+    return lines
+
+
+class MetricsMiddleware:
+    """Times every HTTP request and records it under its route template."""
+
+    def __init__(self, app: ASGIApp, metrics: RequestMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_recording_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_recording_status)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or UNMATCHED
+            self.metrics.observe(scope["method"], route, status, time.perf_counter() - started)

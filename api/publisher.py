@@ -1,0 +1,120 @@
+"""The one way the API writes: a ScheduleChange on `schedule-changes`, acknowledged by all
+in-sync replicas, within a timeout.
+
+The producer starts in the lifespan. If Kafka is down then, the API still starts and the
+producer is started again on the next write (or readiness check), so a broker that comes up
+late is picked up without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from api.errors import KafkaUnavailable
+from kairos.settings import Settings
+from schemas.api import Accepted
+from schemas.events import HostChange, ScheduleChange
+from schemas.topics import CONFIG_KEY
+
+log = logging.getLogger(__name__)
+
+
+def key_of(change: ScheduleChange) -> str:
+    """host_id for host.* changes, `config` for the global ones (the contract's keying)."""
+    return change.host_id if isinstance(change, HostChange) else CONFIG_KEY
+
+
+class Publisher:
+    def __init__(self, settings: Settings, *, timeout: float) -> None:
+        self._settings = settings
+        self._timeout = timeout
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def _where(self) -> str:
+        return f"Kafka at {self._settings.kafka_bootstrap_servers}"
+
+    async def start(self) -> None:
+        """Start the producer if Kafka answers; log and carry on if it does not."""
+        try:
+            await self._ready()
+        except KafkaUnavailable as error:
+            log.warning("%s; writes answer 503 until it is reachable", error)
+
+    async def stop(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await _stop_quietly(producer, self._timeout)
+
+    async def _ready(self) -> AIOKafkaProducer:
+        async with self._lock:
+            if self._producer is not None:
+                return self._producer
+            producer = AIOKafkaProducer(
+                **self._settings.kafka_client_options(),
+                acks="all",
+                enable_idempotence=self._settings.kafka_idempotence,
+                request_timeout_ms=int(self._timeout * 1000),
+                retry_backoff_ms=100,
+                linger_ms=0,
+            )
+            try:
+                await asyncio.wait_for(producer.start(), self._timeout)
+            except (TimeoutError, KafkaError, OSError) as error:
+                await _stop_quietly(producer, 1.0)
+                raise KafkaUnavailable(
+                    f"{self._where} is not reachable: {_described(error)}"
+                ) from None
+            self._producer = producer
+            return producer
+
+    async def publish(self, change: ScheduleChange) -> Accepted:
+        """Send `change` and wait for the broker's acknowledgement, or KafkaUnavailable."""
+        producer = await self._ready()
+        topic = self._settings.topics.schedule_changes
+        try:
+            await asyncio.wait_for(
+                producer.send_and_wait(
+                    topic, change.model_dump_json().encode(), key=key_of(change).encode()
+                ),
+                self._timeout,
+            )
+        except (TimeoutError, KafkaError, OSError) as error:
+            raise KafkaUnavailable(
+                f"{self._where} did not acknowledge the change on {topic} within "
+                f"{self._timeout:g}s ({_described(error)}); it may not have been published"
+            ) from None
+        return Accepted(event_id=change.event_id)
+
+    async def check(self) -> str:
+        """ "ok" when the broker answers and the schedule-changes topic exists, else why not."""
+        try:
+            producer = await self._ready()
+            metadata = await asyncio.wait_for(producer.client.fetch_all_metadata(), self._timeout)
+        except KafkaUnavailable as error:
+            return str(error)
+        except (TimeoutError, KafkaError, OSError) as error:
+            return f"{self._where} did not answer: {_described(error)}"
+        topic = self._settings.topics.schedule_changes
+        if topic not in metadata.topics():
+            return f"topic {topic} does not exist; start a worker or `kairos worker` once"
+        return "ok"
+
+
+def _described(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+async def _stop_quietly(producer: AIOKafkaProducer, timeout: float) -> None:
+    try:
+        await asyncio.wait_for(producer.stop(), timeout)
+    except Exception:  # noqa: BLE001 - a producer that failed to start may fail to stop
+        log.debug("producer did not stop cleanly", exc_info=True)

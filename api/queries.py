@@ -1,0 +1,455 @@
+"""Every SQL statement of the API, against the read model the projector writes.
+
+Functions are keyword-only; lists return `(items, count)` where `count` covers all pages.
+Paged lists take the sort key of the last row served (`after`) and return up to `limit`
+rows: callers ask for one more than they serve to learn whether a next page exists.
+Driver errors leave here as `DatabaseUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from api.pagination import CursorKey
+from kairos.db import DatabaseUnavailable
+from schemas.api import (
+    CommandDetailPublic,
+    CommandPublic,
+    DeadLetterPublic,
+    HostDetailPublic,
+    HostPublic,
+    ScanResultPublic,
+    SchedulerConfigPublic,
+    StatusPublic,
+)
+from schemas.base import ComplianceState
+from schemas.commands import ADAPTIVE_SCANNER
+from schemas.config import SchedulerConfig
+
+QUERY_TIMEOUT_SECONDS = 5.0
+"""Client-side limit on one statement; the pool sets the same as statement_timeout."""
+
+Row = dict[str, Any]
+
+
+@asynccontextmanager
+async def driver_errors() -> AsyncIterator[None]:
+    """Translate psycopg failures and slow answers into DatabaseUnavailable, once."""
+    try:
+        async with asyncio.timeout(QUERY_TIMEOUT_SECONDS):
+            yield
+    except TimeoutError:
+        raise DatabaseUnavailable(
+            f"PostgreSQL did not answer within {QUERY_TIMEOUT_SECONDS:g}s"
+        ) from None
+    except psycopg.errors.UndefinedTable:
+        raise DatabaseUnavailable(
+            "the read model is not migrated; run `kairos db migrate`"
+        ) from None
+    except psycopg.OperationalError as error:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise DatabaseUnavailable(f"PostgreSQL failed: {first_line}") from None
+
+
+async def _rows(
+    conn: psycopg.AsyncConnection, statement: str | sql.Composable, params: dict[str, Any]
+) -> list[Row]:
+    async with driver_errors():
+        cursor = conn.cursor(row_factory=dict_row)
+        await cursor.execute(statement, params)
+        return await cursor.fetchall()
+
+
+async def _one(
+    conn: psycopg.AsyncConnection, statement: str | sql.Composable, params: dict[str, Any]
+) -> Row | None:
+    rows = await _rows(conn, statement, params)
+    return rows[0] if rows else None
+
+
+async def _count(
+    conn: psycopg.AsyncConnection, statement: str | sql.Composable, params: dict[str, Any]
+) -> int:
+    row = await _one(conn, statement, params)
+    return int(row["count"]) if row else 0
+
+
+# --- scheduler -----------------------------------------------------------------------------
+
+_CONFIG_FIELDS = frozenset(SchedulerConfig.model_fields) - {"version"}
+
+
+async def get_config(conn: psycopg.AsyncConnection) -> SchedulerConfigPublic:
+    """The projected config, or the documented defaults (version 0) before any change."""
+    row = await _one(conn, "SELECT config, version, updated_at FROM scheduler_config", {})
+    if row is None:
+        return SchedulerConfigPublic()
+    stored = {key: value for key, value in row["config"].items() if key in _CONFIG_FIELDS}
+    return SchedulerConfigPublic(**stored, version=row["version"], updated_at=row["updated_at"])
+
+
+_SCANNABLE = "NOT maintenance_mode AND NOT deleted AND is_active AND status = 'up'"
+_DUE = f"{_SCANNABLE} AND next_scheduled_scan <= %(now)s"
+"""Its scan time has come; with in_flight_command_id set it is queued or running."""
+_WAITING = "in_flight_command_id IS NULL"
+_OVERDUE = f"{_DUE} AND {_WAITING}"
+"""Due, yet no worker has claimed it: the scheduler is paused, or a worker is behind."""
+
+
+async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusPublic:
+    """Counters plus two range counts over the due index: no full scan at any fleet size."""
+    config = await get_config(conn)
+    states = await _rows(conn, "SELECT state, hosts FROM host_state_counts", {})
+    flags = {
+        row["flag"]: int(row["hosts"])
+        for row in await _rows(conn, "SELECT flag, hosts FROM host_flag_counts", {})
+    }
+    by_state = {state.value: 0 for state in ComplianceState}
+    by_state.update({row["state"]: int(row["hosts"]) for row in states})
+    overdue = await _count(
+        conn, f"SELECT count(*) FROM host_schedule WHERE {_OVERDUE}", {"now": now}
+    )
+    due_next_hour = await _count(
+        conn,
+        f"SELECT count(*) FROM host_schedule WHERE {_SCANNABLE}"
+        " AND next_scheduled_scan > %(now)s AND next_scheduled_scan < %(until)s",
+        {"now": now, "until": now + timedelta(hours=1)},
+    )
+    lag, backlog, applied_at = await get_projection_lag(conn)
+    return StatusPublic(
+        enabled=config.enabled,
+        config_version=config.version,
+        hosts_total=sum(by_state.values()),
+        by_state=by_state,
+        in_flight=flags.get("in_flight", 0),
+        maintenance=flags.get("maintenance", 0),
+        inactive=flags.get("inactive", 0),
+        down=flags.get("down", 0),
+        overdue=overdue,
+        due_next_hour=due_next_hour,
+        max_concurrent_scans=config.max_concurrent_scans,
+        projection_lag_seconds=lag,
+        projection_backlog=backlog,
+        projection_applied_at=applied_at,
+        as_of=now,
+    )
+
+
+async def get_projection_lag(
+    conn: psycopg.AsyncConnection,
+) -> tuple[float | None, int | None, datetime | None]:
+    """(lag in seconds, messages not yet projected, last write) over every source, worst first.
+
+    The projector records `lag_seconds` (its clock minus the newest event applied) and
+    `consumer_lag` (messages behind) from migration 003 on; before that the lag is the gap
+    between `applied_at` and `newest_event_at`.
+    """
+    rows = await _rows(conn, "SELECT * FROM projection_progress", {})
+    if not rows:
+        return None, None, None
+    lags = [
+        float(row["lag_seconds"])
+        if row.get("lag_seconds") is not None
+        else (row["applied_at"] - row["newest_event_at"]).total_seconds()
+        for row in rows
+        if row.get("lag_seconds") is not None or row.get("newest_event_at") is not None
+    ]
+    backlog = [int(row["consumer_lag"]) for row in rows if row.get("consumer_lag") is not None]
+    return (
+        max(0.0, max(lags)) if lags else None,
+        sum(backlog) if backlog else None,
+        max(row["applied_at"] for row in rows),
+    )
+
+
+async def check_read_model(conn: psycopg.AsyncConnection) -> None:
+    """Raise DatabaseUnavailable unless PostgreSQL answers and the schema is migrated."""
+    await _rows(conn, "SELECT 1 FROM api_tokens LIMIT 0", {})
+
+
+# --- hosts ---------------------------------------------------------------------------------
+
+_HOST_COLUMNS = sql.SQL(", ").join(
+    sql.Identifier(name) for name in HostPublic.model_fields if name != "labels"
+)
+
+
+def _host(row: Row) -> HostPublic:
+    return HostPublic(**row)
+
+
+async def list_hosts_due(
+    conn: psycopg.AsyncConnection, *, now: datetime, limit: int
+) -> tuple[list[HostPublic], int]:
+    """Hosts waiting for a scan, in dispatch order: priority desc, next_scheduled_scan asc."""
+    rows = await _rows(
+        conn,
+        sql.SQL(
+            "SELECT {columns}, labels FROM host_schedule WHERE "
+            + _DUE
+            + " ORDER BY scan_priority DESC, next_scheduled_scan ASC, host_id LIMIT %(limit)s"
+        ).format(columns=_HOST_COLUMNS),
+        {"now": now, "limit": limit},
+    )
+    count = await _count(
+        conn,
+        "SELECT count(*) FROM host_schedule WHERE " + _DUE,
+        {"now": now},
+    )
+    return [_host(row) for row in rows], count
+
+
+async def list_hosts(
+    conn: psycopg.AsyncConnection,
+    *,
+    now: datetime,
+    state: ComplianceState | None = None,
+    maintenance: bool | None = None,
+    overdue: bool | None = None,
+    labels: dict[str, str] | None = None,
+    organization: str | None = None,
+    after: CursorKey | None = None,
+    limit: int,
+) -> tuple[list[HostPublic], int]:
+    """Hosts matching every filter given, by host_id, from after `after`."""
+    where = [sql.SQL("NOT deleted")]
+    params: dict[str, Any] = {"now": now, "limit": limit}
+    if state is not None:
+        where.append(sql.SQL("state = %(state)s"))
+        params["state"] = state.value
+    if maintenance is not None:
+        where.append(sql.SQL("maintenance_mode = %(maintenance)s"))
+        params["maintenance"] = maintenance
+    if overdue is not None:
+        condition = sql.SQL(f"({_OVERDUE})")
+        where.append(condition if overdue else sql.SQL("NOT ") + condition)
+    if labels:
+        where.append(sql.SQL("labels @> %(labels)s"))
+        params["labels"] = psycopg.types.json.Jsonb(labels)
+    if organization is not None:
+        where.append(sql.SQL("organization = %(organization)s"))
+        params["organization"] = organization
+    filters = sql.SQL(" AND ").join(where)
+    given = {name for name in ("state", "maintenance") if name in params}
+    if overdue is None and not labels and organization is None and len(given) <= 1:
+        count = await _count_from_counters(conn, state=state, maintenance=maintenance)
+    else:
+        count = await _count(
+            conn, sql.SQL("SELECT count(*) FROM host_schedule WHERE {}").format(filters), params
+        )
+    if after is not None:
+        where.append(sql.SQL("host_id > %(after)s"))
+        params["after"] = after[0]
+    rows = await _rows(
+        conn,
+        sql.SQL(
+            "SELECT {columns}, labels FROM host_schedule WHERE {filters}"
+            " ORDER BY host_id LIMIT %(limit)s"
+        ).format(columns=_HOST_COLUMNS, filters=sql.SQL(" AND ").join(where)),
+        params,
+    )
+    return [_host(row) for row in rows], count
+
+
+async def _count_from_counters(
+    conn: psycopg.AsyncConnection, *, state: ComplianceState | None, maintenance: bool | None
+) -> int:
+    """Hosts in one state, in or out of maintenance, or all: the projector's counters, so
+    the first page of a million hosts does not count a million rows."""
+    total = "(SELECT coalesce(sum(hosts), 0) FROM host_state_counts)"
+    in_maintenance = (
+        "(SELECT coalesce(sum(hosts), 0) FROM host_flag_counts WHERE flag = 'maintenance')"
+    )
+    if state is not None:
+        statement = (
+            "SELECT coalesce(sum(hosts), 0) AS count FROM host_state_counts WHERE state = %(state)s"
+        )
+    elif maintenance is True:
+        statement = f"SELECT {in_maintenance} AS count"
+    elif maintenance is False:
+        statement = f"SELECT {total} - {in_maintenance} AS count"
+    else:
+        statement = f"SELECT {total} AS count"
+    return await _count(conn, statement, {"state": state.value if state else None})
+
+
+_DETAIL_COLUMNS = sql.SQL(", ").join(
+    sql.Identifier(name) for name in HostDetailPublic.model_fields if name != "latest_scan"
+)
+_SCAN_COLUMNS = sql.SQL(", ").join(
+    sql.Identifier(name) for name in ScanResultPublic.model_fields if name != "kind"
+)
+_COMMAND_COLUMNS = sql.SQL(", ").join(
+    sql.Identifier(name) for name in CommandPublic.model_fields if name != "kind"
+)
+
+
+async def get_host(conn: psycopg.AsyncConnection, *, host_id: str) -> HostDetailPublic | None:
+    """A host's schedule and its newest compliance result; None if unknown or deleted."""
+    row = await _one(
+        conn,
+        sql.SQL(
+            "SELECT {columns} FROM host_schedule WHERE host_id = %(host_id)s AND NOT deleted"
+        ).format(columns=_DETAIL_COLUMNS),
+        {"host_id": host_id},
+    )
+    if row is None:
+        return None
+    scan = await _one(
+        conn,
+        sql.SQL(
+            "SELECT {columns} FROM scan_results WHERE host_id = %(host_id)s"
+            " AND scanner = %(scanner)s ORDER BY completed_at DESC LIMIT 1"
+        ).format(columns=_SCAN_COLUMNS),
+        {"host_id": host_id, "scanner": ADAPTIVE_SCANNER},
+    )
+    return HostDetailPublic(**row, latest_scan=ScanResultPublic(**scan) if scan else None)
+
+
+async def get_host_version(conn: psycopg.AsyncConnection, *, host_id: str) -> int | None:
+    """The projected version of a known host; None if unknown or deleted."""
+    row = await _one(
+        conn,
+        "SELECT version FROM host_schedule WHERE host_id = %(host_id)s AND NOT deleted",
+        {"host_id": host_id},
+    )
+    return int(row["version"]) if row else None
+
+
+async def list_host_history(
+    conn: psycopg.AsyncConnection, *, host_id: str, after: CursorKey | None, limit: int
+) -> tuple[list[ScanResultPublic | CommandPublic], int]:
+    """Results and commands of one host merged newest first; key (at, kind, id) descending."""
+    params: dict[str, Any] = {"host_id": host_id, "limit": limit}
+    page_filter = sql.SQL("")
+    if after is not None:
+        page_filter = sql.SQL("WHERE (at, kind, id) < (%(at)s, %(kind)s, %(id)s)")
+        params.update(at=after[0], kind=after[1], id=after[2])
+    entries = await _rows(
+        conn,
+        sql.SQL(
+            "SELECT kind, id FROM ("
+            " SELECT 'scan' AS kind, event_id::text AS id, completed_at AS at"
+            " FROM scan_results WHERE host_id = %(host_id)s"
+            " UNION ALL"
+            " SELECT 'command', command_id, issued_at FROM scan_commands"
+            " WHERE host_id = %(host_id)s"
+            ") entries {page_filter} ORDER BY at DESC, kind DESC, id DESC LIMIT %(limit)s"
+        ).format(page_filter=page_filter),
+        params,
+    )
+    scan_ids = [entry["id"] for entry in entries if entry["kind"] == "scan"]
+    command_ids = [entry["id"] for entry in entries if entry["kind"] == "command"]
+    scans = (
+        {
+            str(row["event_id"]): ScanResultPublic(**row)
+            for row in await _rows(
+                conn,
+                sql.SQL("SELECT {} FROM scan_results WHERE event_id = ANY(%(ids)s::uuid[])").format(
+                    _SCAN_COLUMNS
+                ),
+                {"ids": scan_ids},
+            )
+        }
+        if scan_ids
+        else {}
+    )
+    commands = (
+        {
+            row["command_id"]: CommandPublic(**row)
+            for row in await _rows(
+                conn,
+                sql.SQL("SELECT {} FROM scan_commands WHERE command_id = ANY(%(ids)s)").format(
+                    _COMMAND_COLUMNS
+                ),
+                {"ids": command_ids},
+            )
+        }
+        if command_ids
+        else {}
+    )
+    count = await _count(
+        conn,
+        "SELECT (SELECT count(*) FROM scan_results WHERE host_id = %(host_id)s)"
+        " + (SELECT count(*) FROM scan_commands WHERE host_id = %(host_id)s) AS count",
+        {"host_id": host_id},
+    )
+    items: list[ScanResultPublic | CommandPublic] = [
+        scans[entry["id"]] if entry["kind"] == "scan" else commands[entry["id"]]
+        for entry in entries
+    ]
+    return items, count
+
+
+def history_key(entry: ScanResultPublic | CommandPublic) -> CursorKey:
+    if isinstance(entry, ScanResultPublic):
+        return (entry.completed_at, "scan", str(entry.event_id))
+    return (entry.issued_at, "command", entry.command_id)
+
+
+# --- commands and dead letters -------------------------------------------------------------
+
+
+async def get_command(
+    conn: psycopg.AsyncConnection, *, command_id: str
+) -> CommandDetailPublic | None:
+    row = await _one(
+        conn,
+        sql.SQL("SELECT {} FROM scan_commands WHERE command_id = %(command_id)s").format(
+            _COMMAND_COLUMNS
+        ),
+        {"command_id": command_id},
+    )
+    if row is None:
+        return None
+    results = await _rows(
+        conn,
+        sql.SQL(
+            "SELECT {} FROM scan_results WHERE command_id = %(command_id)s"
+            " ORDER BY completed_at DESC"
+        ).format(_SCAN_COLUMNS),
+        {"command_id": command_id},
+    )
+    return CommandDetailPublic(**row, results=[ScanResultPublic(**result) for result in results])
+
+
+_DEAD_LETTER_COLUMNS = sql.SQL(", ").join(
+    sql.Identifier(name) for name in DeadLetterPublic.model_fields
+)
+
+
+async def list_dead_letters(
+    conn: psycopg.AsyncConnection, *, after: CursorKey | None, limit: int
+) -> tuple[list[DeadLetterPublic], int]:
+    """Dead letters newest first; key (received_at, event_id) descending."""
+    params: dict[str, Any] = {"limit": limit}
+    page_filter = sql.SQL("")
+    if after is not None:
+        page_filter = sql.SQL("WHERE (received_at, event_id) < (%(at)s, %(id)s::uuid)")
+        params.update(at=after[0], id=after[1])
+    rows = await _rows(
+        conn,
+        sql.SQL(
+            "SELECT {columns} FROM dead_letters {page_filter}"
+            " ORDER BY received_at DESC, event_id DESC LIMIT %(limit)s"
+        ).format(columns=_DEAD_LETTER_COLUMNS, page_filter=page_filter),
+        params,
+    )
+    count = await _count(conn, "SELECT count(*) FROM dead_letters", {})
+    return [DeadLetterPublic(**row) for row in rows], count
+
+
+def dead_letter_key(letter: DeadLetterPublic) -> CursorKey:
+    return (letter.received_at, str(letter.event_id))
+
+
+def host_key(host: HostPublic) -> CursorKey:
+    return (host.host_id,)

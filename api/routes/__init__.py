@@ -1,0 +1,3 @@
+"""HTTP routes, one router per resource."""
+
+PREFIX = "/api/compliance/scheduler"

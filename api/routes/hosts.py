@@ -1,0 +1,178 @@
+"""Hosts: lists, one host's schedule and history, maintenance and forced scans."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from api import queries
+from api.deps import AnalystDep, ClockDep, ConnDep, GuestDep, PublisherDep
+from api.errors import (
+    CONFLICT,
+    NOT_FOUND,
+    READ_ERRORS,
+    HostNotFound,
+    HostNotScannable,
+)
+from api.pagination import decode_cursor, split_page
+from api.routes import PREFIX
+from api.writes import WaitDep, answer, stamp, write_answers
+from schemas.api import (
+    Accepted,
+    HostDetailPublic,
+    HostHistoryPublic,
+    HostsPublic,
+    MaintenanceUpdate,
+)
+from schemas.base import ComplianceState, HostStatus
+from schemas.events import HostMaintenanceSet, HostScanRequested
+
+router = APIRouter(prefix=PREFIX, tags=["hosts"])
+
+NO_NUL = r"^[^\x00]*$"
+HostId = Annotated[str, Path(min_length=1, max_length=255, pattern=NO_NUL)]
+Cursor = Annotated[
+    str | None,
+    Query(max_length=2048, pattern=r"^[A-Za-z0-9_-]+$", description="`next_cursor` of a page."),
+]
+Label = Annotated[str, Field(max_length=512, pattern=r"^[^=\x00]+=[^\x00]*$")]
+
+
+async def _known_host(conn: ConnDep, host_id: str) -> HostDetailPublic:
+    host = await queries.get_host(conn, host_id=host_id)
+    if host is None:
+        raise HostNotFound(f"host {host_id!r} is not in the read model")
+    return host
+
+
+@router.get("/hosts-due", response_model=HostsPublic, responses=READ_ERRORS)
+async def hosts_due(
+    conn: ConnDep,
+    clock: ClockDep,
+    caller: GuestDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+) -> HostsPublic:
+    """Hosts whose scan time has come, in dispatch order (priority desc, due time asc)."""
+    hosts, count = await queries.list_hosts_due(conn, now=clock.now(), limit=limit)
+    return HostsPublic(data=hosts, count=count)
+
+
+@router.get("/hosts", response_model=HostsPublic, responses=READ_ERRORS)
+async def list_hosts(
+    conn: ConnDep,
+    clock: ClockDep,
+    caller: GuestDep,
+    state: ComplianceState | None = None,
+    maintenance: bool | None = None,
+    overdue: Annotated[bool | None, Query(description="Due with no command in flight.")] = None,
+    label: Annotated[list[Label] | None, Query(description="key=value; repeat for AND.")] = None,
+    organization: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
+    cursor: Cursor = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> HostsPublic:
+    """Hosts matching every filter given, by host_id, a page at a time."""
+    labels = dict(item.split("=", 1) for item in label or [])
+    rows, count = await queries.list_hosts(
+        conn,
+        now=clock.now(),
+        state=state,
+        maintenance=maintenance,
+        overdue=overdue,
+        labels=labels,
+        organization=organization,
+        after=decode_cursor(cursor, shape=(str,)),
+        limit=limit + 1,
+    )
+    hosts, next_cursor = split_page(rows, limit, queries.host_key)
+    return HostsPublic(data=hosts, count=count, next_cursor=next_cursor)
+
+
+@router.get(
+    "/hosts/{host_id}", response_model=HostDetailPublic, responses={**READ_ERRORS, **NOT_FOUND}
+)
+async def get_host(host_id: HostId, conn: ConnDep, caller: GuestDep) -> HostDetailPublic:
+    """A host's schedule with its latest compliance result."""
+    return await _known_host(conn, host_id)
+
+
+@router.get(
+    "/hosts/{host_id}/history",
+    response_model=HostHistoryPublic,
+    responses={**READ_ERRORS, **NOT_FOUND},
+)
+async def host_history(
+    host_id: HostId,
+    conn: ConnDep,
+    caller: GuestDep,
+    cursor: Cursor = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> HostHistoryPublic:
+    """Scan results and commands of a host, newest first."""
+    await _known_host(conn, host_id)
+    after = decode_cursor(cursor, shape=(datetime, str, str))
+    rows, count = await queries.list_host_history(
+        conn, host_id=host_id, after=after, limit=limit + 1
+    )
+    entries, next_cursor = split_page(rows, limit, queries.history_key)
+    return HostHistoryPublic(data=entries, count=count, next_cursor=next_cursor)
+
+
+@router.put(
+    "/hosts/{host_id}/maintenance",
+    status_code=202,
+    response_model=Accepted,
+    responses={**write_answers(HostDetailPublic), **NOT_FOUND},
+)
+async def set_maintenance(
+    host_id: HostId,
+    body: MaintenanceUpdate,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AnalystDep,
+    wait: WaitDep,
+) -> JSONResponse:
+    """Put a host in maintenance (optionally for 1..168 hours) or take it out."""
+    before = await _known_host(conn, host_id)
+    change = HostMaintenanceSet(**stamp(caller, clock), host_id=host_id, **body.model_dump())
+    receipt = await publisher.publish(change)
+    unchanged = not body.enabled and not before.maintenance_mode
+    return await answer(
+        receipt,
+        wait=wait,
+        read=lambda: queries.get_host(conn, host_id=host_id),
+        shows_change=lambda host: (
+            (host.version > before.version or unchanged) and host.maintenance_mode == body.enabled
+        ),
+    )
+
+
+@router.post(
+    "/hosts/{host_id}/force-scan",
+    status_code=202,
+    response_model=Accepted,
+    responses={**write_answers(HostDetailPublic), **NOT_FOUND, **CONFLICT},
+)
+async def force_scan(
+    host_id: HostId,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AnalystDep,
+    wait: WaitDep,
+) -> JSONResponse:
+    """Scan a host now with top priority, even in maintenance."""
+    before = await _known_host(conn, host_id)
+    if not before.is_active or before.status is not HostStatus.UP:
+        raise HostNotScannable(f"host {host_id!r} is inactive or down; it cannot be scanned")
+    receipt = await publisher.publish(HostScanRequested(**stamp(caller, clock), host_id=host_id))
+    return await answer(
+        receipt,
+        wait=wait,
+        read=lambda: queries.get_host(conn, host_id=host_id),
+        shows_change=lambda host: host.version > before.version,
+    )

@@ -1,0 +1,789 @@
+"""The HTTP API against a real broker and a real PostgreSQL read model.
+
+The read model is seeded with SQL, as the projector would write it, so every figure the API
+answers can be checked against a known fleet. Writes go to the real `schedule-changes` topic
+and are read back from it. The helpers here are shared by the other `test_api_*` modules.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import pytest_asyncio
+from psycopg.types.json import Jsonb
+
+from api.main import create_app
+from api.tokens import create_token, revoke_token
+from kairos.clock import Clock, FrozenClock
+from kairos.db import connect, migrate
+from kairos.settings import Settings
+from schemas.api import Role
+from schemas.base import ComplianceState
+from schemas.config import SchedulerConfig
+from schemas.topics import CONFIG_KEY
+from streams.admin import ensure_topics
+from tests.support.kafka import Collector
+from tests.support.stack import unique_name
+
+pytestmark = pytest.mark.integration
+
+P = "/api/compliance/scheduler"
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+# --- shared helpers -----------------------------------------------------------------------
+
+
+def api_settings(
+    bootstrap_servers: str,
+    postgres_server: Callable[[str], str],
+    broker_kind: str,
+    **overrides: Any,
+) -> Settings:
+    """Settings of one API under test: its own topics and its own fresh database."""
+    values: dict[str, Any] = {
+        "kafka_bootstrap_servers": bootstrap_servers,
+        "database_url": postgres_server(unique_name("kairos_api_")),
+        "topic_prefix": f"{unique_name('api')}-",
+        "partitions": 4,
+        "kafka_idempotence": broker_kind != "tansu",
+        "connect_timeout_seconds": 15.0,
+        "tick_seconds": 0.05,
+    }
+    values.update(overrides)
+    return Settings.model_validate(values)
+
+
+async def prepare(settings: Settings) -> dict[Role, str]:
+    """Topics and schema as `kairos worker` / `kairos db migrate` make them; a token per role."""
+    await ensure_topics(settings)
+    await migrate(settings.database_url)
+    async with await connect(settings.database_url) as conn:
+        return {
+            role: await create_token(conn, role=role, name=f"tester-{role.name.lower()}")
+            for role in Role
+        }
+
+
+@asynccontextmanager
+async def running_api(
+    settings: Settings, *, clock: Clock | None = None, wait_seconds: float = 5.0
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its lifespan running, reached in-process over ASGI."""
+    app = create_app(settings, clock=clock, wait_seconds=wait_seconds)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kairos") as client:
+            yield client
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def closed_port() -> int:
+    """A local port nothing listens on: connections are refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+HOST_DEFAULTS: dict[str, Any] = {
+    "state": "unknown",
+    "compliance_state": "unknown",
+    "score": None,
+    "current_interval_minutes": 0,
+    "last_scan_completed": None,
+    "last_scan_id": None,
+    "last_error": None,
+    "maintenance_mode": False,
+    "maintenance_until": None,
+    "scan_priority": 10,
+    "consecutive_scan_failures": 0,
+    "in_flight_command_id": None,
+    "is_active": True,
+    "status": "up",
+    "hostname": None,
+    "organization": None,
+    "attributes": {},
+    "labels": {},
+    "version": 1,
+    "deleted": False,
+}
+
+
+async def insert_host(
+    conn: psycopg.AsyncConnection, host_id: str, next_scan: datetime, **fields: Any
+) -> dict[str, Any]:
+    row = {
+        **HOST_DEFAULTS,
+        "host_id": host_id,
+        "next_scheduled_scan": next_scan,
+        "created_at": T0 - timedelta(days=3),
+        "updated_at": T0 - timedelta(hours=1),
+        **fields,
+    }
+    values = {k: Jsonb(v) if k in ("attributes", "labels") else v for k, v in row.items()}
+    await conn.execute(
+        f"INSERT INTO host_schedule ({', '.join(values)})"
+        f" VALUES ({', '.join(['%s'] * len(values))})",
+        list(values.values()),
+    )
+    return row
+
+
+async def insert_command(
+    conn: psycopg.AsyncConnection, command_id: str, host_id: str, issued_at: datetime, **fields: Any
+) -> None:
+    row = {
+        "command_id": command_id,
+        "host_id": host_id,
+        "scanner": "compliance",
+        "priority": 9,
+        "reason": "scheduled",
+        "state": "critical",
+        "due_at": issued_at,
+        "issued_at": issued_at,
+        "deadline": issued_at + timedelta(minutes=10),
+        "attempt": 1,
+        "schedule_id": None,
+        "outcome": None,
+        "outcome_at": None,
+        **fields,
+    }
+    await conn.execute(
+        f"INSERT INTO scan_commands ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))})",
+        list(row.values()),
+    )
+
+
+async def insert_scan(
+    conn: psycopg.AsyncConnection,
+    command_id: str,
+    host_id: str,
+    completed_at: datetime,
+    **fields: Any,
+) -> uuid.UUID:
+    row = {
+        "event_id": uuid.uuid4(),
+        "command_id": command_id,
+        "host_id": host_id,
+        "scanner": "compliance",
+        "status": "succeeded",
+        "started_at": completed_at - timedelta(minutes=1),
+        "completed_at": completed_at,
+        "score": 42.0,
+        "passed": 7,
+        "failed": 3,
+        "severity_critical_failed": 1,
+        "severity_high_failed": 1,
+        "severity_medium_failed": 1,
+        "severity_low_failed": 0,
+        "scan_id": f"scan-{command_id}",
+        "error": None,
+        **fields,
+    }
+    await conn.execute(
+        f"INSERT INTO scan_results ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))})",
+        list(row.values()),
+    )
+    return row["event_id"]
+
+
+async def recount(conn: psycopg.AsyncConnection) -> None:
+    """Counters as the projector keeps them, recomputed from the rows."""
+    await conn.execute("DELETE FROM host_state_counts")
+    await conn.execute("DELETE FROM host_flag_counts")
+    await conn.execute(
+        "INSERT INTO host_state_counts SELECT state, count(*) FROM host_schedule"
+        " WHERE NOT deleted GROUP BY state"
+    )
+    await conn.execute(
+        "INSERT INTO host_flag_counts SELECT flag, count(*) FILTER (WHERE on_) FROM host_schedule,"
+        " LATERAL (VALUES ('in_flight', in_flight_command_id IS NOT NULL),"
+        " ('maintenance', maintenance_mode), ('inactive', NOT is_active),"
+        " ('down', status = 'down')) AS f(flag, on_) WHERE NOT deleted GROUP BY flag"
+    )
+
+
+# --- the seeded fleet ---------------------------------------------------------------------
+
+STATES = ["compliant", "critical", "low", "partial", "mostly_compliant", "unknown"]
+PRIORITY = {"compliant": 3, "critical": 9, "low": 7, "partial": 6, "mostly_compliant": 4,
+            "unknown": 10, "maintenance": 1}  # fmt: skip
+
+
+def fleet_row(number: int) -> dict[str, Any]:
+    """Host h-NNN of the seeded fleet: a spread of states, flags, due times and labels."""
+    state = STATES[number % len(STATES)]
+    maintenance = number % 10 == 0
+    shown = "maintenance" if maintenance else state
+    return {
+        "host_id": f"h-{number:03d}",
+        "next_scan": T0 + timedelta(minutes=10 * (number - 15)),
+        "state": shown,
+        "compliance_state": state,
+        "score": None if state == "unknown" else float(number * 3),
+        "scan_priority": PRIORITY[shown],
+        "maintenance_mode": maintenance,
+        "maintenance_until": T0 + timedelta(hours=4) if maintenance else None,
+        "in_flight_command_id": f"run-{number}" if number % 7 == 0 else None,
+        "is_active": number != 29,
+        "status": "down" if number == 27 else "up",
+        "hostname": f"h-{number:03d}.example.test",
+        "organization": "org-a" if number % 2 else "org-b",
+        "labels": {"env": "prod" if number % 3 == 0 else "dev", "team": "blue"},
+        "version": number,
+    }
+
+
+FLEET = [fleet_row(number) for number in range(1, 31)]
+
+
+def scannable(row: dict[str, Any]) -> bool:
+    return not row["maintenance_mode"] and row["is_active"] and row["status"] == "up"
+
+
+def due(row: dict[str, Any], now: datetime = T0) -> bool:
+    return scannable(row) and row["next_scan"] <= now
+
+
+def overdue(row: dict[str, Any]) -> bool:
+    return due(row) and row["in_flight_command_id"] is None
+
+
+CONFIG = SchedulerConfig(interval_critical=45, max_concurrent_scans=7, version=3)
+
+
+async def seed(conn: psycopg.AsyncConnection) -> None:
+    for row in FLEET:
+        fields = {k: v for k, v in row.items() if k not in ("host_id", "next_scan")}
+        await insert_host(conn, row["host_id"], row["next_scan"], **fields)
+    await insert_host(conn, "gone-1", T0 - timedelta(hours=1), deleted=True, state="critical")
+    for number in range(1, 5):
+        issued = T0 - timedelta(hours=5 - number)
+        outcome = "completed" if number < 4 else None
+        await insert_command(
+            conn, f"cmd-h1-{number}", "h-001", issued, outcome=outcome,
+            outcome_at=issued + timedelta(minutes=5) if outcome else None,
+        )  # fmt: skip
+        if number < 4:
+            await insert_scan(
+                conn, f"cmd-h1-{number}", "h-001", issued + timedelta(minutes=5),
+                score=float(10 * number),
+            )  # fmt: skip
+    await insert_scan(conn, "cmd-h1-3", "h-001", T0 - timedelta(minutes=1), scanner="other")
+    for number in range(5):
+        await conn.execute(
+            'INSERT INTO dead_letters (event_id, source_topic, partition, "offset", key, error,'
+            " raw, received_at) VALUES (%s, 'object-created', 0, %s, %s, 'bad json', 'xx', %s)",
+            (uuid.uuid4(), number, f"k-{number}", T0 - timedelta(minutes=number)),
+        )
+    await conn.execute(
+        "INSERT INTO scheduler_config (config, version, updated_at) VALUES (%s, %s, %s)",
+        (Jsonb(CONFIG.model_dump(mode="json")), CONFIG.version, T0 - timedelta(hours=2)),
+    )
+    await conn.execute(
+        "INSERT INTO projection_progress (source, newest_event_at, applied_at)"
+        " VALUES ('projector', %s, %s)",
+        (T0 - timedelta(seconds=3), T0 - timedelta(seconds=1)),
+    )
+    columns = await conn.execute(
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_name = 'projection_progress'"
+    )
+    if "lag_seconds" in {row[0] for row in await columns.fetchall()}:
+        await conn.execute("UPDATE projection_progress SET lag_seconds = 2, consumer_lag = 7")
+    await recount(conn)
+    await conn.commit()
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    client: httpx.AsyncClient
+    tokens: dict[Role, str]
+    clock: FrozenClock
+
+    def auth(self, role: Role = Role.SUPER_ADMIN) -> dict[str, str]:
+        return bearer(self.tokens[role])
+
+    async def get(self, path: str, role: Role = Role.GUEST, **kwargs: Any) -> httpx.Response:
+        return await self.client.get(path, headers=self.auth(role), **kwargs)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def stack(
+    bootstrap_servers: str, postgres_server: Callable[[str], str], broker_kind: str
+) -> AsyncIterator[Stack]:
+    settings = api_settings(bootstrap_servers, postgres_server, broker_kind)
+    tokens = await prepare(settings)
+    async with await connect(settings.database_url) as conn:
+        await seed(conn)
+    clock = FrozenClock(T0)
+    async with running_api(settings, clock=clock, wait_seconds=1.0) as client:
+        yield Stack(settings, client, tokens, clock)
+
+
+# --- every endpoint x every role ----------------------------------------------------------
+
+GUEST, ANALYST, ADMIN = Role.GUEST, Role.SECURITY_ANALYST, Role.SECURITY_ADMIN
+ENDPOINTS: list[tuple[str, str, dict[str, Any] | None, Role | None]] = [
+    ("GET", f"{P}/config", None, GUEST),
+    ("PUT", f"{P}/config", {"interval_critical": 60}, ADMIN),
+    ("POST", f"{P}/toggle?enabled=true", None, ADMIN),
+    ("GET", f"{P}/status", None, GUEST),
+    ("POST", f"{P}/initialize", None, ADMIN),
+    ("GET", f"{P}/hosts-due?limit=5", None, GUEST),
+    ("GET", f"{P}/hosts", None, GUEST),
+    ("GET", f"{P}/hosts/h-001", None, GUEST),
+    ("GET", f"{P}/hosts/h-001/history", None, GUEST),
+    ("PUT", f"{P}/hosts/h-002/maintenance", {"enabled": True, "duration_hours": 2}, ANALYST),
+    ("POST", f"{P}/hosts/h-003/force-scan", None, ANALYST),
+    ("GET", f"{P}/commands/cmd-h1-1", None, GUEST),
+    ("GET", f"{P}/dead-letters", None, ADMIN),
+    ("GET", "/healthz", None, None),
+    ("GET", "/readyz", None, None),
+    ("GET", "/metrics", None, None),
+]
+CALLERS: list[Role | str | None] = [None, "bad-token", *Role]
+
+
+def expected_status(caller: Role | str | None, needed: Role | None) -> str:
+    if needed is None:
+        return "2xx"
+    if not isinstance(caller, Role):
+        return "401"
+    return "2xx" if caller >= needed else "403"
+
+
+def _template(path: str) -> str:
+    bare = path.split("?")[0]
+    for concrete, template in (("h-001", "{host_id}"), ("h-002", "{host_id}"),
+                               ("h-003", "{host_id}"), ("cmd-h1-1", "{command_id}")):  # fmt: skip
+        bare = bare.replace(concrete, template)
+    return bare
+
+
+async def test_role_matrix_covers_every_operation_in_the_openapi(stack: Stack) -> None:
+    schema = (await stack.client.get("/openapi.json")).json()
+    documented = {
+        (method.upper(), path)
+        for path, operations in schema["paths"].items()
+        for method in operations
+    }
+    assert {(method, _template(path)) for method, path, _, _ in ENDPOINTS} == documented
+
+
+@pytest.mark.parametrize(("method", "path", "body", "needed"), ENDPOINTS)
+async def test_role_matrix(
+    stack: Stack, method: str, path: str, body: dict[str, Any] | None, needed: Role | None
+) -> None:
+    seen = {}
+    for caller in CALLERS:
+        token = stack.tokens[caller] if isinstance(caller, Role) else caller
+        response = await stack.client.request(method, path, json=body, headers=bearer(token))
+        status = response.status_code
+        seen[str(caller)] = "2xx" if 200 <= status < 300 else str(status)
+        if status in (401, 403):
+            assert set(response.json()) >= {"detail"}
+        if status == 401:
+            assert response.headers["www-authenticate"] == "Bearer"
+    assert seen == {str(caller): expected_status(caller, needed) for caller in CALLERS}
+
+
+# --- reads --------------------------------------------------------------------------------
+
+
+async def test_config_is_the_projected_row(stack: Stack) -> None:
+    body = (await stack.get(f"{P}/config")).json()
+    assert body["version"] == 3
+    assert body["interval_critical"] == 45 and body["max_concurrent_scans"] == 7
+    assert body["interval_compliant"] == 1440 and body["enabled"] is True
+    assert datetime.fromisoformat(body["updated_at"]) == T0 - timedelta(hours=2)
+
+
+async def test_config_before_any_change_is_the_documented_defaults(
+    bootstrap_servers: str, postgres_server: Callable[[str], str], broker_kind: str
+) -> None:
+    settings = api_settings(bootstrap_servers, postgres_server, broker_kind)
+    await migrate(settings.database_url)
+    async with await connect(settings.database_url) as conn:
+        token = await create_token(conn, role=Role.GUEST, name="fresh")
+    async with running_api(settings) as client:
+        response = await client.get(f"{P}/config", headers=bearer(token))
+    assert response.status_code == 200
+    assert response.json() == {**SchedulerConfig().model_dump(), "updated_at": None}
+
+
+async def test_status_counts_from_counters_and_due_index(stack: Stack) -> None:
+    body = (await stack.get(f"{P}/status")).json()
+    expected_states = {state.value: 0 for state in ComplianceState}
+    for row in FLEET:
+        expected_states[row["state"]] += 1
+    assert body["by_state"] == expected_states
+    assert body["hosts_total"] == len(FLEET)
+    assert body["in_flight"] == sum(row["in_flight_command_id"] is not None for row in FLEET)
+    assert body["maintenance"] == 3 and body["inactive"] == 1 and body["down"] == 1
+    assert body["overdue"] == sum(overdue(row) for row in FLEET)
+    assert body["due_next_hour"] == sum(
+        scannable(row) and T0 < row["next_scan"] < T0 + timedelta(hours=1) for row in FLEET
+    )
+    assert body["enabled"] is True and body["config_version"] == 3
+    assert body["max_concurrent_scans"] == 7
+    assert body["projection_lag_seconds"] == pytest.approx(2.0)
+    assert datetime.fromisoformat(body["as_of"]) == T0
+
+
+async def test_hosts_due_in_dispatch_order_with_limit(stack: Stack) -> None:
+    wanted = sorted(
+        (row for row in FLEET if due(row)),
+        key=lambda row: (-row["scan_priority"], row["next_scan"], row["host_id"]),
+    )
+    body = (await stack.get(f"{P}/hosts-due", params={"limit": 5})).json()
+    assert [host["host_id"] for host in body["data"]] == [row["host_id"] for row in wanted[:5]]
+    assert body["count"] == len(wanted)
+    everything = (await stack.get(f"{P}/hosts-due", params={"limit": 1000})).json()
+    assert [host["host_id"] for host in everything["data"]] == [row["host_id"] for row in wanted]
+    default = (await stack.get(f"{P}/hosts-due")).json()
+    assert len(default["data"]) == 10
+
+
+async def _all_pages(stack: Stack, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(100):
+        response = await stack.get(
+            path, Role.SUPER_ADMIN, params={**params, **({"cursor": cursor} if cursor else {})}
+        )
+        assert response.status_code == 200, response.text
+        page = response.json()
+        assert len(page["data"]) <= params.get("limit", 100)
+        items += page["data"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return items
+    raise AssertionError("pagination did not end")
+
+
+async def test_hosts_cursor_pages_visit_every_host_once_in_order(stack: Stack) -> None:
+    first = (await stack.get(f"{P}/hosts", params={"limit": 7})).json()
+    assert first["count"] == len(FLEET) and len(first["data"]) == 7
+    assert first["next_cursor"]
+    hosts = await _all_pages(stack, f"{P}/hosts", {"limit": 7})
+    assert [host["host_id"] for host in hosts] == sorted(row["host_id"] for row in FLEET)
+    exact = await _all_pages(stack, f"{P}/hosts", {"limit": 10})
+    assert len(exact) == len(FLEET)
+
+
+@pytest.mark.parametrize(
+    ("params", "keep"),
+    [
+        ({"state": "critical"}, lambda row: row["state"] == "critical"),
+        ({"state": "maintenance"}, lambda row: row["state"] == "maintenance"),
+        ({"maintenance": "true"}, lambda row: row["maintenance_mode"]),
+        ({"maintenance": "false"}, lambda row: not row["maintenance_mode"]),
+        ({"overdue": "true"}, overdue),
+        ({"overdue": "false"}, lambda row: not overdue(row)),
+        ({"label": "env=prod"}, lambda row: row["labels"]["env"] == "prod"),
+        ({"label": ["env=prod", "team=blue"]}, lambda row: row["labels"]["env"] == "prod"),
+        ({"label": "team=red"}, lambda row: False),
+        ({"organization": "org-a"}, lambda row: row["organization"] == "org-a"),
+        (
+            {"organization": "org-b", "state": "compliant", "label": "env=prod"},
+            lambda row: (
+                row["organization"] == "org-b"
+                and row["state"] == "compliant"
+                and row["labels"]["env"] == "prod"
+            ),
+        ),
+    ],
+)
+async def test_hosts_filters(
+    stack: Stack, params: dict[str, Any], keep: Callable[[dict[str, Any]], bool]
+) -> None:
+    wanted = sorted(row["host_id"] for row in FLEET if keep(row))
+    found = await _all_pages(stack, f"{P}/hosts", {**params, "limit": 4})
+    assert [host["host_id"] for host in found] == wanted
+    first = (await stack.get(f"{P}/hosts", params={**params, "limit": 4})).json()
+    assert first["count"] == len(wanted)
+
+
+async def test_host_detail_has_schedule_and_latest_compliance_scan(stack: Stack) -> None:
+    body = (await stack.get(f"{P}/hosts/h-001")).json()
+    row = FLEET[0]
+    for field in ("state", "compliance_state", "score", "scan_priority", "maintenance_mode",
+                  "in_flight_command_id", "is_active", "status", "version", "organization",
+                  "labels", "hostname"):  # fmt: skip
+        assert body[field] == row[field], field
+    assert datetime.fromisoformat(body["next_scheduled_scan"]) == row["next_scan"]
+    for field in ("current_interval_minutes", "last_scan_completed", "last_scan_id",
+                  "maintenance_until", "consecutive_scan_failures", "last_error"):  # fmt: skip
+        assert field in body
+    latest = body["latest_scan"]
+    assert latest["command_id"] == "cmd-h1-3" and latest["scanner"] == "compliance"
+    assert latest["score"] == 30.0 and latest["kind"] == "scan"
+    without = (await stack.get(f"{P}/hosts/h-002")).json()
+    assert without["latest_scan"] is None
+
+
+async def test_host_history_is_newest_first_and_paginated(stack: Stack) -> None:
+    entries = await _all_pages(stack, f"{P}/hosts/h-001/history", {"limit": 3})
+    assert len(entries) == 8  # 4 commands, 3 compliance results, 1 result of another scanner
+    instants = [
+        datetime.fromisoformat(
+            entry["completed_at"] if entry["kind"] == "scan" else entry["issued_at"]
+        )
+        for entry in entries
+    ]
+    assert instants == sorted(instants, reverse=True)
+    assert [entry["kind"] for entry in entries[:3]] == ["scan", "command", "scan"]
+    assert {entry["kind"] for entry in entries} == {"scan", "command"}
+    page = (await stack.get(f"{P}/hosts/h-001/history", params={"limit": 3})).json()
+    assert page["count"] == 8 and len(page["data"]) == 3
+    empty = (await stack.get(f"{P}/hosts/h-002/history")).json()
+    assert empty == {"data": [], "count": 0, "next_cursor": None}
+
+
+async def test_command_detail_with_outcome_and_results(stack: Stack) -> None:
+    body = (await stack.get(f"{P}/commands/cmd-h1-2")).json()
+    assert body["host_id"] == "h-001" and body["outcome"] == "completed"
+    assert [result["score"] for result in body["results"]] == [20.0]
+    pending = (await stack.get(f"{P}/commands/cmd-h1-4")).json()
+    assert pending["outcome"] is None and pending["results"] == []
+
+
+async def test_dead_letters_newest_first_paginated(stack: Stack) -> None:
+    letters = await _all_pages(stack, f"{P}/dead-letters", {"limit": 2})
+    assert [letter["key"] for letter in letters] == [f"k-{number}" for number in range(5)]
+    page = (await stack.get(f"{P}/dead-letters", Role.SECURITY_ADMIN, params={"limit": 2})).json()
+    assert page["count"] == 5
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", f"{P}/hosts/nope"),
+        ("GET", f"{P}/hosts/gone-1"),
+        ("GET", f"{P}/hosts/nope/history"),
+        ("PUT", f"{P}/hosts/nope/maintenance"),
+        ("POST", f"{P}/hosts/nope/force-scan"),
+        ("GET", f"{P}/commands/nope"),
+    ],
+)
+async def test_unknown_host_or_command_is_404(stack: Stack, method: str, path: str) -> None:
+    body = {"enabled": True} if path.endswith("maintenance") else None
+    response = await stack.client.request(method, path, json=body, headers=stack.auth())
+    assert response.status_code == 404
+    assert "not in the read model" in response.json()["detail"]
+
+
+# --- validation: one error shape naming the field ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("GET", f"{P}/hosts-due?limit=0", None, "limit"),
+        ("GET", f"{P}/hosts-due?limit=1001", None, "limit"),
+        ("GET", f"{P}/hosts?state=shiny", None, "state"),
+        ("GET", f"{P}/hosts?label=no-equals-sign", None, "label.0"),
+        ("GET", f"{P}/hosts?cursor=bm90LWEtY3Vyc29y", None, "cursor"),
+        ("GET", f"{P}/hosts?cursor=!!", None, "cursor"),
+        ("GET", f"{P}/hosts/h-001/history?cursor=WyJ4Il0", None, "cursor"),
+        ("GET", f"{P}/dead-letters?limit=5000", None, "limit"),
+        ("PUT", f"{P}/config", {"interval_critical": 5}, "interval_critical"),
+        ("PUT", f"{P}/config", {"max_concurrent_scans": 0}, "max_concurrent_scans"),
+        ("PUT", f"{P}/config", {"interval_typo": 60}, "interval_typo"),
+        ("PUT", f"{P}/config", {}, "body"),
+        ("POST", f"{P}/toggle", None, "enabled"),
+        ("POST", f"{P}/toggle?enabled=maybe", None, "enabled"),
+        (
+            "PUT",
+            f"{P}/hosts/h-001/maintenance",
+            {"enabled": True, "duration_hours": 169},
+            "duration_hours",
+        ),
+        ("PUT", f"{P}/hosts/h-001/maintenance", {"duration_hours": 2}, "enabled"),
+    ],
+)
+async def test_invalid_input_is_422_naming_the_field(
+    stack: Stack, method: str, path: str, body: dict[str, Any] | None, field: str
+) -> None:
+    response = await stack.client.request(method, path, json=body, headers=stack.auth())
+    assert response.status_code == 422, response.text
+    payload = response.json()
+    assert set(payload) == {"detail", "errors"}
+    assert field in [error["field"] for error in payload["errors"]]
+    assert field in payload["detail"]
+
+
+async def test_every_error_has_the_one_shape(stack: Stack) -> None:
+    for response in (
+        await stack.client.get(f"{P}/nowhere", headers=stack.auth()),
+        await stack.client.delete(f"{P}/config", headers=stack.auth()),
+        await stack.client.get(f"{P}/config"),
+        await stack.client.get(f"{P}/dead-letters", headers=stack.auth(Role.GUEST)),
+        await stack.client.get(f"{P}/hosts/nope", headers=stack.auth()),
+    ):
+        assert response.status_code >= 400
+        assert isinstance(response.json()["detail"], str)
+    not_allowed = await stack.client.delete(f"{P}/config", headers=stack.auth())
+    assert not_allowed.status_code == 405 and not_allowed.headers["allow"] == "GET, PUT"
+    typo = await stack.get(f"{P}/hosts", params={"orgnization": "org-a"})
+    assert typo.status_code == 422 and typo.json()["errors"][0]["field"] == "orgnization"
+    health_typo = await stack.client.get("/healthz", params={"verbose": "1"})
+    assert health_typo.status_code == 422
+
+
+# --- writes -------------------------------------------------------------------------------
+
+
+async def test_writes_publish_changes_keyed_and_signed_by_the_token(stack: Stack) -> None:
+    names = stack.settings.topics
+    admin = stack.auth(Role.SECURITY_ADMIN)
+    analyst = stack.auth(Role.SECURITY_ANALYST)
+    answers = [
+        await stack.client.put(f"{P}/config", json={"interval_low": 90}, headers=admin),
+        await stack.client.post(f"{P}/toggle", params={"enabled": "false"}, headers=admin),
+        await stack.client.post(f"{P}/initialize", headers=admin),
+        await stack.client.put(
+            f"{P}/hosts/h-005/maintenance",
+            json={"enabled": True, "duration_hours": 3},
+            headers=analyst,
+        ),
+        await stack.client.post(f"{P}/hosts/h-006/force-scan", headers=analyst),
+    ]
+    assert [answer.status_code for answer in answers] == [202] * 5
+    ids = [answer.json()["event_id"] for answer in answers]
+    assert all(answer.json()["status"] == "accepted" for answer in answers)
+    assert [answer.headers["kairos-event-id"] for answer in answers] == ids
+    async with Collector(stack.settings, names.schedule_changes) as collected:
+        await collected.wait_for(
+            lambda: {r["event_id"] for r in collected.values(names.schedule_changes)} >= set(ids),
+            timeout=10,
+            what="the five published changes",
+        )
+        records = {
+            (value := json.loads(record.value))["event_id"]: (record.key, value)
+            for record in collected.records
+        }
+    published = [records[event_id] for event_id in ids]
+    assert [key.decode() for key, _ in published] == [CONFIG_KEY] * 3 + ["h-005", "h-006"]
+    assert [value["type"] for _, value in published] == [
+        "config.updated", "scheduler.toggled", "hosts.initialize_requested",
+        "host.maintenance_set", "host.scan_requested",
+    ]  # fmt: skip
+    assert [value["actor"] for _, value in published] == ["tester-security_admin"] * 3 + [
+        "tester-security_analyst"
+    ] * 2
+    assert published[0][1]["changes"] == {
+        **{field: None for field in published[0][1]["changes"]},
+        "interval_low": 90,
+    }
+    assert published[1][1]["enabled"] is False
+    assert published[3][1]["duration_hours"] == 3 and published[3][1]["enabled"] is True
+    assert all(datetime.fromisoformat(value["occurred_at"]) == T0 for _, value in published)
+
+
+async def test_wait_answers_202_when_the_projection_does_not_show_the_change(
+    stack: Stack,
+) -> None:
+    """No worker runs here, so nothing projects: after the wait the receipt comes back."""
+    response = await stack.client.put(
+        f"{P}/hosts/h-008/maintenance", params={"wait": "true"}, json={"enabled": True},
+        headers=stack.auth(),
+    )  # fmt: skip
+    assert response.status_code == 202
+    assert response.json()["status"] == "accepted"
+
+
+async def test_force_scan_of_an_inactive_or_down_host_is_409(stack: Stack) -> None:
+    for host_id in ("h-029", "h-027"):
+        response = await stack.client.post(f"{P}/hosts/{host_id}/force-scan", headers=stack.auth())
+        assert response.status_code == 409
+        assert "inactive or down" in response.json()["detail"]
+
+
+async def test_revoked_token_is_refused_at_once(stack: Stack) -> None:
+    async with await connect(stack.settings.database_url) as conn:
+        by_token = await create_token(conn, role=Role.SUPER_ADMIN, name="short-lived")
+        by_name = await create_token(conn, role=Role.GUEST, name="contractor")
+        assert (await stack.client.get(f"{P}/status", headers=bearer(by_token))).status_code == 200
+        assert await revoke_token(conn, token=by_token) == 1
+        assert await revoke_token(conn, name="contractor") == 1
+        assert await revoke_token(conn, name="contractor") == 0
+        with pytest.raises(ValueError):
+            await revoke_token(conn)
+    for token in (by_token, by_name):
+        response = await stack.client.get(f"{P}/status", headers=bearer(token))
+        assert response.status_code == 401
+        assert response.json()["detail"] == "the bearer token is unknown or revoked"
+
+
+# --- health and metrics -------------------------------------------------------------------
+
+
+async def test_healthz_and_readyz(stack: Stack) -> None:
+    assert (await stack.client.get("/healthz")).json() == {"status": "ok"}
+    ready = await stack.client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"detail": "ready", "status": "ready", "kafka": "ok", "database": "ok"}
+
+
+async def test_metrics_has_route_counts_latency_pool_and_projection_lag(stack: Stack) -> None:
+    await stack.get(f"{P}/hosts/h-001")
+    await stack.get(f"{P}/hosts/h-002")
+    await stack.client.get("/no/such/path")
+    response = await stack.client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    route = f'route="{P}/hosts/{{host_id}}"'
+    count_line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("kairos_api_requests_total{")
+        and route in line
+        and 'status="200"' in line
+    )
+    assert int(count_line.rsplit(" ", 1)[1]) >= 2
+    assert f'kairos_api_request_duration_seconds_bucket{{method="GET",{route},le="+Inf"}}' in text
+    assert 'route="unmatched"' in text and "/no/such/path" not in text
+    assert "kairos_db_pool_size " in text and "kairos_db_pool_available " in text
+    assert "kairos_projection_lag_seconds 2" in text
+    assert "kairos_read_model_up 1" in text
+
+
+async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> None:
+    schema = (await stack.client.get("/openapi.json")).json()
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            if path.startswith(P):
+                assert operation["security"] == [{"HTTPBearer": []}], (method, path)
+                assert {"401", "403", "503"} <= set(operation["responses"]), (method, path)
+            else:
+                assert "security" not in operation
+            for status, answer in operation["responses"].items():
+                if status.startswith(("4", "5")) and path.startswith(P):
+                    assert answer["content"]["application/json"]["schema"]["$ref"].endswith(
+                        "/ErrorPublic"
+                    ), (method, path, status)
+    writes = [("put", f"{P}/config"), ("post", f"{P}/toggle"), ("post", f"{P}/initialize"),
+              ("put", f"{P}/hosts/{{host_id}}/maintenance"),
+              ("post", f"{P}/hosts/{{host_id}}/force-scan")]  # fmt: skip
+    for method, path in writes:
+        responses = schema["paths"][path][method]["responses"]
+        assert responses["202"]["content"]["application/json"]["schema"]["$ref"].endswith(
+            "/Accepted"
+        )
