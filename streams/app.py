@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kairos.clock import Clock, clock_for_speed
 from kairos.settings import KafkaSecurityProtocol, Settings
-from schemas.commands import Rejection
+from schemas.commands import Rejection, ScanCommand
 from schemas.config import SchedulerConfig
 from schemas.events import (
     ConfigUpdated,
@@ -68,6 +68,8 @@ class KairosWorker:
         self.dispatch_queue = DispatchQueue()
         self.counters: Counter[str] = Counter()
         self._dispatcher_woken_pending = False
+        self._outbox: list[ScanCommand] = []
+        self._outbox_ready = asyncio.Event()
         self.app = self._build_app()
 
     # --- wiring ---------------------------------------------------------------------
@@ -120,6 +122,7 @@ class KairosWorker:
         app.agent(self.dispatch_topic, name="dispatcher", concurrency=1)(self._dispatcher)
         app.timer(settings.tick_seconds, name="due-tick")(self._tick)
         app.task(self._follow_control)
+        app.task(self._send_issued_commands)
         if settings.projector_enabled:
             self.projector = Projector(settings, self.clock)
             app.task(self.projector.run)
@@ -313,23 +316,15 @@ class KairosWorker:
         )
         for item in issued:
             command = item.command
-            key = command.host_id.encode()
-            # Record the slot before the command leaves, so a crash in between over-counts
-            # (freed at the deadline) rather than under-counts (breaking the cap).
             table[command.command_id] = codec.dumps(
                 {
                     "request": item.request.model_dump(mode="json"),
                     "deadline": command.deadline.isoformat(),
                 }
             )
-            await self.scan_commands.send(key=key, value=codec.encode(command))
-            notice = CommandIssued(
-                host_id=command.host_id,
-                command_id=command.command_id,
-                issued_at=command.issued_at,
-                deadline=command.deadline,
-            )
-            await self.host_signals.send(key=key, value=codec.encode(notice))
+            self._outbox.append(command)
+        if issued:
+            self._outbox_ready.set()
         self.counters["commands_issued"] += len(issued)
 
     def _rebuild_dispatch_queue(self) -> Any:
@@ -353,6 +348,30 @@ class KairosWorker:
             )
 
         return rebuild()
+
+    async def _send_issued_commands(self) -> None:
+        """Send issued commands only once their slots are durable in the changelog.
+
+        Table writes and command sends go to different partitions, so Kafka alone does not
+        order them: without the flush a kill -9 could leave commands out that the next
+        dispatcher does not count, and the fleet-wide cap would be exceeded.
+        One flush covers every command issued since the last one.
+        """
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            batch, self._outbox = self._outbox, []
+            await self.app.producer.flush()
+            for command in batch:
+                key = command.host_id.encode()
+                await self.scan_commands.send(key=key, value=codec.encode(command))
+                notice = CommandIssued(
+                    host_id=command.host_id,
+                    command_id=command.command_id,
+                    issued_at=command.issued_at,
+                    deadline=command.deadline,
+                )
+                await self.host_signals.send(key=key, value=codec.encode(notice))
 
     def owns_dispatcher(self) -> bool:
         actives = self.app.assignor.assigned_actives()
