@@ -41,7 +41,28 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(names.dead_letters, settings.partitions),
         TopicSpec(names.dispatch_queue, 1),
         TopicSpec(names.scheduler_control, 1, compacted=False),
+        *faust_topic_specs(settings),
     ]
+
+
+# Faust's table changelogs (name -> partitions; None = the host partition count).
+FAUST_TABLES: dict[str, int | None] = {"hosts": None, "dispatcher": 1, "schedules": None}
+
+
+def faust_topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Faust's own topics, created up front.
+
+    Left to Faust, a consumer can record a changelog topic before Faust has created it and
+    keep that empty view for minutes; its agent then crashes with PartitionsMismatch on
+    every message. Creating them with the rest avoids the race on a fresh deployment.
+    """
+    group = f"{settings.topic_prefix}{settings.app_id}"
+    specs = [
+        TopicSpec(f"{group}-{table}-changelog", partitions or settings.partitions, compacted=True)
+        for table, partitions in FAUST_TABLES.items()
+    ]
+    specs.append(TopicSpec(f"{group}-__assignor-__leader", 1))
+    return specs
 
 
 async def admin_client(settings: Settings) -> AIOKafkaAdminClient:
