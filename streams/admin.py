@@ -46,7 +46,13 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
 
 
 # Faust's table changelogs (name -> partitions; None = the host partition count).
-FAUST_TABLES: dict[str, int | None] = {"hosts": None, "dispatcher": 1, "schedules": None}
+FAUST_TABLES: dict[str, int | None] = {
+    "hosts": None,
+    "dispatcher": 1,
+    "schedules": None,
+    "schedule-fanouts": None,
+    "schedule-commands": None,
+}
 
 
 def faust_topic_specs(settings: Settings) -> list[TopicSpec]:
