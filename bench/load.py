@@ -1,0 +1,72 @@
+"""Load generators: onboard hosts and change the scheduler config, batched."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+from aiokafka import AIOKafkaProducer
+
+from bench.kafka_io import send_all
+from kairos.settings import Settings
+from schemas.config import ConfigChanges
+from schemas.events import ConfigUpdated, ObjectEvent
+from schemas.topics import CONFIG_KEY
+
+
+def host_ids(count: int, stem: str = "host") -> list[str]:
+    return [f"{stem}-{number:07d}" for number in range(count)]
+
+
+def host_created_records(hosts: list[str]) -> Iterator[tuple[bytes, bytes]]:
+    """ObjectEvent(host, created) for each host, keyed by host id (validated once)."""
+    first = True
+    for host in hosts:
+        value = {
+            "event_id": str(uuid.uuid4()),
+            "schema_version": 1,
+            "object_type": "host",
+            "object_id": host,
+            "operation": "created",
+            "occurred_at": datetime.now(UTC).isoformat(),
+            "attributes": {
+                "hostname": f"{host}.bench.test",
+                "organization": "bench",
+                "labels": {},
+                "is_active": True,
+                "status": "up",
+            },
+        }
+        raw = json.dumps(value).encode()
+        if first:
+            ObjectEvent.model_validate_json(raw)
+            first = False
+        yield host.encode(), raw
+
+
+async def onboard(
+    producer: AIOKafkaProducer,
+    settings: Settings,
+    hosts: list[str],
+    *,
+    on_sent: Callable[[int], None] | None = None,
+) -> int:
+    return await send_all(
+        producer, settings.topics.object_created, host_created_records(hosts), on_sent=on_sent
+    )
+
+
+async def update_config(producer: AIOKafkaProducer, settings: Settings, **changes: object) -> None:
+    event = ConfigUpdated(
+        event_id=uuid.uuid4(),
+        occurred_at=datetime.now(UTC),
+        actor="bench",
+        changes=ConfigChanges.model_validate(changes),
+    )
+    await producer.send_and_wait(
+        settings.topics.schedule_changes,
+        event.model_dump_json().encode(),
+        key=CONFIG_KEY.encode(),
+    )

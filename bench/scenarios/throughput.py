@@ -1,0 +1,130 @@
+"""4. Event throughput: scan-completed events per second a deployment applies.
+
+N hosts are onboarded and each gets a command, which the fleet holds. When the system
+is idle, all N answers are released at once (completed_at = now, score 100) and the bench
+counts, every 0.25 s, how many the system has applied: for Kairos the records it wrote to
+kairos-host-state (exactly one per applied result), for heapq the count it reports.
+The sustained rate is taken between 10 % and 90 % of the N results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bench.fleet import FleetProfile, ScannerFleet
+from bench.kafka_io import Offsets
+from bench.metrics import ProcessSampler
+from bench.report import Figure, plot_panels
+from bench.scenarios.common import CAP, Context, attempt, new_result, prime
+from bench.systems import HeapqSystem, KairosSystem, System
+
+KEY, NUMBER, TITLE = "throughput", 4, "Event throughput"
+TARGET = 10_000.0
+
+
+def crossing(points: list[tuple[float, int]], level: float) -> float | None:
+    """First instant the count reached `level`, interpolated between samples."""
+    previous = None
+    for at, count in points:
+        if count >= level:
+            if previous is None or count == previous[1]:
+                return at
+            fraction = (level - previous[1]) / (count - previous[1])
+            return previous[0] + fraction * (at - previous[0])
+        previous = (at, count)
+    return None
+
+
+async def measure(ctx: Context, system: System, n: int, timeout: float) -> dict[str, Any]:
+    try:
+        await system.start(max_concurrent_scans=CAP)
+        fleet = ScannerFleet(system.settings, FleetProfile(scan_seconds=(0.0, 0.0)))
+        sampler = ProcessSampler(system.pids, interval=0.5)
+        async with fleet, sampler, Offsets(system.settings) as offsets:
+            await prime(ctx, system, fleet, n)
+            base = await system.processed_results(offsets)
+            released = time.time()
+            fleet.release(score=100, scan_seconds=0.0)
+            points: list[tuple[float, int]] = [(0.0, 0)]
+            with ctx.ui.phase(f"{system.label}: applying {n:,} results", total=n) as phase:
+                while time.time() - released < timeout:
+                    done = await system.processed_results(offsets) - base
+                    points.append((time.time() - released, done))
+                    phase.update(done)
+                    if done >= n:
+                        break
+                    await asyncio.sleep(0.25)
+            end = time.time()
+        low, high = crossing(points, 0.1 * n), crossing(points, 0.9 * n)
+        sustained = 0.8 * n / (high - low) if low is not None and high is not None else None
+        finished = points[-1][1] >= n
+        names = {k[:-4] for s in sampler.samples for k in s if k.endswith("_cpu")}
+        cpu = {name: sampler.cpu_share(name, released, end) for name in names}
+        return {
+            "results": n,
+            "applied": points[-1][1],
+            "finished": finished,
+            "seconds_to_all": points[-1][0] if finished else None,
+            "overall_rate": (points[-1][1] / points[-1][0]) if points[-1][0] else None,
+            "sustained_rate_10_90": sustained,
+            "cpu_cores": cpu,
+            "points": points,
+        }
+    finally:
+        system.stop()
+
+
+async def run(ctx: Context, systems: set[str] | None = None) -> Any:
+    n = ctx.size(quick=4_000, full=100_000)
+    timeout = 120.0 if ctx.quick else 900.0
+    result = new_result(ctx, KEY, NUMBER, TITLE, results=n, timeout_seconds=timeout)
+    wanted = systems or {"kairos", "kairos2", "heapq"}
+    measured: dict[str, dict[str, Any]] = {}
+    plan: list[tuple[str, str, Any]] = []
+    if "kairos" in wanted:
+        plan.append(("kairos", "Kairos, 1 worker", KairosSystem(ctx.stack, "tput1", workers=1)))
+    if "kairos2" in wanted:
+        plan.append(("kairos2", "Kairos, 2 workers", KairosSystem(ctx.stack, "tput2", workers=2)))
+    if "heapq" in wanted:
+        plan.append(("heapq", "heapq", HeapqSystem(ctx.stack, "tput-heapq")))
+    for _, label, system in plan:
+        found = await attempt(result, label, measure(ctx, system, n, timeout))
+        if found:
+            measured[label] = found
+    for label, values in measured.items():
+        result.details[label] = {k: v for k, v in values.items() if k != "points"}
+
+    def rate(label: str) -> float | None:
+        values = measured.get(label)
+        if not values:
+            return None
+        return values["sustained_rate_10_90"] or values["overall_rate"]
+
+    heap = {"heapq": rate("heapq")} if "heapq" in measured else {}
+    for label in ("Kairos, 1 worker", "Kairos, 2 workers"):
+        if label in measured:
+            result.figures.append(
+                Figure(label=f"scan-completed applied/s, {label.split(', ')[1]}", unit="/s",
+                       kairos=rate(label), baselines=heap, better="higher", target=TARGET,
+                       target_text="≥ 10,000/s",
+                       lower_bound=not measured[label]["finished"])
+            )  # fmt: skip
+    result.notes.append(
+        f"{n:,} results released at once onto scan-completed; rate between 10 % and 90 % "
+        "applied, from counts sampled every 0.25 s (Kairos: records on kairos-host-state, one "
+        "per applied result; heapq: its own applied counter)."
+    )
+    result.notes.append(
+        "Both workers, the broker, PostgreSQL (the projector runs inside each worker) and the "
+        "bench share the same 2 cores; a second worker can only help as far as a core is free."
+    )
+    png = ctx.plot_path(KEY, "applied")
+    panels = {label: {"results applied": ([p[0] for p in v["points"]],
+                                          [float(p[1]) for p in v["points"]])}
+              for label, v in measured.items()}  # fmt: skip
+    if plot_panels(png, panels, "Results applied since release", "results",
+                   xlabel="seconds since the answers were released"):  # fmt: skip
+        result.plots.append(png.name)
+    return result
