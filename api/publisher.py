@@ -24,8 +24,11 @@ log = logging.getLogger(__name__)
 
 
 def key_of(change: ScheduleChange) -> str:
-    """host_id for host.* changes, `config` for the global ones (the contract's keying)."""
-    return change.host_id if isinstance(change, HostChange) else CONFIG_KEY
+    """host_id for host.* changes, the schedule id for schedule.* ones, `config` for the rest."""
+    if isinstance(change, HostChange):
+        return change.host_id
+    schedule_id: str | None = getattr(change, "schedule_id", None)
+    return schedule_id if schedule_id is not None else CONFIG_KEY
 
 
 class Publisher:

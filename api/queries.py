@@ -453,3 +453,63 @@ def dead_letter_key(letter: DeadLetterPublic) -> CursorKey:
 
 def host_key(host: HostPublic) -> CursorKey:
     return (host.host_id,)
+
+
+# --- generic schedules (scheduled jobs) ----------------------------------------------------
+
+_SCHEDULE_SELECT = (
+    "SELECT schedule_id, name, definition, status, enabled, paused, pause_note,"
+    " disabled_reason, is_system, next_fire_at, last_fired_at, last_success_at, runs,"
+    " skipped_runs, failed_runs, consecutive_failures, last_error, version, created_at,"
+    " updated_at FROM schedules"
+)
+
+
+async def list_schedules(
+    conn: psycopg.AsyncConnection, *, limit: int, offset: int
+) -> tuple[list[Row], int]:
+    """Live schedules by name, one page, and how many there are."""
+    rows = await _rows(
+        conn,
+        _SCHEDULE_SELECT + " WHERE NOT deleted ORDER BY name LIMIT %(limit)s OFFSET %(offset)s",
+        {"limit": limit, "offset": offset},
+    )
+    count = await _count(conn, "SELECT count(*) FROM schedules WHERE NOT deleted", {})
+    return rows, count
+
+
+async def get_schedule(conn: psycopg.AsyncConnection, *, name: str) -> Row | None:
+    return await _one(
+        conn, _SCHEDULE_SELECT + " WHERE name = %(name)s AND NOT deleted", {"name": name}
+    )
+
+
+async def list_schedule_runs(
+    conn: psycopg.AsyncConnection, *, schedule_id: str, limit: int
+) -> tuple[list[Row], int]:
+    """The latest runs of one schedule, newest first, and how many it has had."""
+    rows = await _rows(
+        conn,
+        "SELECT occurrence, attempt, reason, fired_at, outcome, error, hosts_matched,"
+        " commands_issued FROM schedule_runs WHERE schedule_id = %(id)s"
+        " ORDER BY fired_at DESC, occurrence DESC LIMIT %(limit)s",
+        {"id": schedule_id, "limit": limit},
+    )
+    count = await _count(
+        conn, "SELECT count(*) FROM schedule_runs WHERE schedule_id = %(id)s", {"id": schedule_id}
+    )
+    return rows, count
+
+
+async def schedule_run_stats(conn: psycopg.AsyncConnection, *, schedule_id: str) -> Row:
+    """Runs of one schedule by outcome: total, fired, skipped, failed."""
+    row = await _one(
+        conn,
+        "SELECT count(*) AS total,"
+        " count(*) FILTER (WHERE outcome = 'fired') AS fired,"
+        " count(*) FILTER (WHERE outcome = 'skipped') AS skipped,"
+        " count(*) FILTER (WHERE outcome = 'failed') AS failed"
+        " FROM schedule_runs WHERE schedule_id = %(id)s",
+        {"id": schedule_id},
+    )
+    return row or {"total": 0, "fired": 0, "skipped": 0, "failed": 0}

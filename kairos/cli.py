@@ -20,7 +20,12 @@ app = typer.Typer(
 db_app = typer.Typer(help="Read-model database.", no_args_is_help=True)
 token_app = typer.Typer(help="API bearer tokens.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+schedules_app = typer.Typer(
+    help="Generic schedules (cron, interval, RRULE, triggers). A schedule's name is its id.",
+    no_args_is_help=True,
+)
 app.add_typer(token_app, name="token")
+app.add_typer(schedules_app, name="schedules")
 
 log = logging.getLogger("kairos")
 
@@ -260,6 +265,166 @@ def token_revoke(
     print(f"revoked {revoked} token(s)")
     if not revoked:
         raise typer.Exit(code=1)
+
+
+# --- generic schedules ------------------------------------------------------------------
+
+
+def _publish_schedule_event(kind: str, name: str, **fields: object) -> None:
+    """Publish one schedule.* event keyed by `name` (the schedule id) and print its id."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from api.errors import KafkaUnavailable
+    from api.publisher import Publisher
+    from schemas.schedules import ScheduleEvent
+
+    settings = _settings()
+    values = {
+        "type": kind,
+        "event_id": str(uuid.uuid4()),
+        "occurred_at": datetime.now(UTC).isoformat(),
+        "actor": "cli",
+        "schedule_id": name,
+        **fields,
+    }
+    try:
+        event = TypeAdapter(ScheduleEvent).validate_python(values)
+    except ValidationError as error:
+        raise _fail(f"invalid {kind}: {error.errors(include_url=False)[0]['msg']}") from None
+
+    async def send() -> str:
+        publisher = Publisher(settings, timeout=settings.connect_timeout_seconds)
+        try:
+            receipt = await publisher.publish(event)
+        finally:
+            await publisher.stop()
+        return str(receipt.event_id)
+
+    try:
+        event_id = asyncio.run(send())
+    except KafkaUnavailable as error:
+        raise _fail(str(error)) from None
+    print(f"{kind} published for {name!r}: event {event_id}")
+
+
+def _schedule_rows(name: str | None) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    from api import queries
+    from kairos.db import DatabaseUnavailable, connect
+
+    settings = _settings()
+
+    async def read() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        async with await connect(settings.database_url) as conn:
+            if name is None:
+                rows, _ = await queries.list_schedules(conn, limit=1000, offset=0)
+                return rows, []
+            row = await queries.get_schedule(conn, name=name)
+            if row is None:
+                return [], []
+            runs, _ = await queries.list_schedule_runs(
+                conn, schedule_id=str(row["schedule_id"]), limit=20
+            )
+            return [row], runs
+
+    try:
+        return asyncio.run(read())
+    except DatabaseUnavailable as error:
+        raise _fail(str(error)) from None
+
+
+@schedules_app.command("list")
+def schedules_list() -> None:
+    """Every schedule: name, status, next fire time and run counts."""
+    rows, _ = _schedule_rows(None)
+    for row in rows:
+        print(
+            f"{row['name']}\t{row['status']}\tnext={row['next_fire_at']}"
+            f"\truns={row['runs']}\tskipped={row['skipped_runs']}\tfailed={row['failed_runs']}"
+        )
+
+
+@schedules_app.command("show")
+def schedules_show(name: str) -> None:
+    """One schedule as JSON: its definition, state and latest runs."""
+    import json
+
+    rows, runs = _schedule_rows(name)
+    if not rows:
+        raise _fail(f"no schedule named {name!r}")
+    print(json.dumps({**rows[0], "recent_runs": runs}, indent=2, default=str))
+
+
+@schedules_app.command("create")
+def schedules_create(
+    file: Annotated[Path, typer.Option("--file", help="A JSON schedule definition.")],
+) -> None:
+    """Create (or replace) a schedule from a JSON file; its `name` becomes its id."""
+    import json
+
+    from pydantic import ValidationError
+
+    from schemas.schedules import Schedule
+    from streams.policy.recurrence import schedule_problem
+
+    try:
+        definition = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise _fail(f"cannot read {file}: {error}") from None
+    if not isinstance(definition, dict):
+        raise _fail(f"{file} must hold one JSON object")
+    try:
+        schedule = Schedule.model_validate({**definition, "id": definition.get("name")})
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "schedule"
+        raise _fail(f"invalid schedule: {where}: {first['msg']}") from None
+    problem = schedule_problem(schedule)
+    if problem:
+        raise _fail(f"invalid schedule: recurrence: {problem}")
+    _publish_schedule_event(
+        "schedule.upserted", schedule.id, schedule=schedule.model_dump(mode="json")
+    )
+
+
+@schedules_app.command("enable")
+def schedules_enable(name: str) -> None:
+    """Turn a disabled schedule on."""
+    _publish_schedule_event("schedule.enabled", name)
+
+
+@schedules_app.command("disable")
+def schedules_disable(name: str) -> None:
+    """Turn a schedule off."""
+    _publish_schedule_event("schedule.disabled", name)
+
+
+@schedules_app.command("pause")
+def schedules_pause(
+    name: str, note: Annotated[str | None, typer.Option(help="Why it is paused.")] = None
+) -> None:
+    """Hold a schedule's occurrences back until it is resumed."""
+    _publish_schedule_event("schedule.paused", name, note=note)
+
+
+@schedules_app.command("resume")
+def schedules_resume(name: str) -> None:
+    """Resume a paused schedule (missed occurrences follow its catch-up policy)."""
+    _publish_schedule_event("schedule.resumed", name)
+
+
+@schedules_app.command("trigger")
+def schedules_trigger(name: str) -> None:
+    """Run a schedule now."""
+    _publish_schedule_event("schedule.triggered", name)
+
+
+@schedules_app.command("delete")
+def schedules_delete(name: str) -> None:
+    """Delete a schedule (the worker refuses system schedules)."""
+    _publish_schedule_event("schedule.deleted", name)
 
 
 def main() -> None:

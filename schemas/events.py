@@ -86,16 +86,38 @@ class HostsInitializeRequested(_Change):
 HostChange = HostMaintenanceSet | HostScanRequested | HostStatusChanged
 GlobalChange = ConfigUpdated | SchedulerToggled | HostsInitializeRequested
 
+# schemas.schedules imports this module's Operation and ObjectAttributes (defined above);
+# the package __init__ always loads this module first, so the cycle resolves here.
+from schemas.schedules import (  # noqa: E402
+    ScheduleBackfillRequested,
+    ScheduleDeleted,
+    ScheduleDisabled,
+    ScheduleEnabled,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleTriggered,
+    ScheduleUpserted,
+)
+
 ScheduleChange = Annotated[
     ConfigUpdated
     | SchedulerToggled
     | HostMaintenanceSet
     | HostScanRequested
     | HostStatusChanged
-    | HostsInitializeRequested,
+    | HostsInitializeRequested
+    | ScheduleUpserted
+    | ScheduleDeleted
+    | ScheduleEnabled
+    | ScheduleDisabled
+    | SchedulePaused
+    | ScheduleResumed
+    | ScheduleTriggered
+    | ScheduleBackfillRequested,
     Field(discriminator="type"),
 ]
-"""On `schedule-changes`; key = host_id for host.* types, `config` for the rest."""
+"""On `schedule-changes`; key = host_id for host.* types, the schedule id for schedule.*
+types, `config` for the rest."""
 
 
 class ScanStatus(StrEnum):

@@ -15,6 +15,8 @@ HOST_SIGNALS = "kairos-host-signals"
 DISPATCH_QUEUE = "kairos-dispatch-queue"
 HOST_STATE = "kairos-host-state"
 SCHEDULER_CONTROL = "kairos-scheduler-control"
+SCHEDULES = "kairos-schedules"
+"""Generic schedules' state changes and run records, key = schedule id (read whole by workers)."""
 
 CONFIG_KEY = "config"
 """Key of schedule-changes messages that concern the global scheduler config."""
@@ -65,6 +67,10 @@ class TopicNames:
     def scheduler_control(self) -> str:
         return self._named(SCHEDULER_CONTROL)
 
+    @property
+    def schedules(self) -> str:
+        return self._named(SCHEDULES)
+
     def host_keyed(self) -> list[str]:
         """Topics keyed by host id; they must all have the same partition count."""
         return [
@@ -74,4 +80,5 @@ class TopicNames:
             self.host_signals,
             self.scan_commands,
             self.host_state,
+            self.schedules,
         ]

@@ -25,6 +25,7 @@ from schemas.events import (
     ConfigUpdated,
     HostsInitializeRequested,
     ObjectEvent,
+    ScanCompleted,
     SchedulerToggled,
 )
 from schemas.internal import (
@@ -47,6 +48,7 @@ from streams.policy.config import apply_config_change
 from streams.policy.dispatch import DispatchQueue
 from streams.policy.host import Decision, decide, wake_at
 from streams.projection.runner import Projector
+from streams.schedule_stage import ScheduleStage, is_schedule_message
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,7 @@ class KairosWorker:
         )
         self.hosts.on_recover(self._rebuild_due_index)
         self.dispatcher_table.on_recover(self._rebuild_dispatch_queue)
+        self.schedule_stage = ScheduleStage(self, app)
 
         app.agent(self.host_inputs, name="host-stage", concurrency=1)(self._host_stage)
         app.agent(self.dispatch_topic, name="dispatcher", concurrency=1)(self._dispatcher)
@@ -157,11 +160,21 @@ class KairosWorker:
     async def handle_host_message(
         self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None
     ) -> None:
+        names = self.names
+        if topic in (names.schedule_changes, names.host_signals) and is_schedule_message(raw):
+            await self.schedule_stage.handle(topic, partition, offset, key, raw)
+            return
         try:
             parsed = codec.decode(self._adapter_for(topic), raw)
             host_id = self._host_id_of(parsed)
         except Undecodable as error:
             await self._dead_letter(topic, partition, offset, key, raw, str(error))
+            return
+        if isinstance(parsed, ScanCompleted) and await self.schedule_stage.scan_completed(parsed):
+            return
+        if isinstance(parsed, CommandTimedOut) and await self.schedule_stage.command_timed_out(
+            parsed
+        ):
             return
         if isinstance(parsed, ConfigUpdated | SchedulerToggled | HostsInitializeRequested):
             await self._change_global(parsed, topic, partition, offset, key, raw)
@@ -175,6 +188,8 @@ class KairosWorker:
         schedule = HostSchedule.model_validate_json(stored) if stored else None
         decision = decide(schedule, parsed, now=self.clock.now(), config=self.config)
         await self._apply(host_id, schedule, decision)
+        if isinstance(parsed, ObjectEvent):
+            await self.schedule_stage.route_object_event(parsed)
 
     def _adapter_for(self, topic: str) -> Any:
         names = self.names
@@ -385,6 +400,7 @@ class KairosWorker:
         for host_id, woke_at in self.due_index.pop_due(now):
             signal = HostDue(host_id=host_id, wake_at=woke_at)
             await self.host_signals.send(key=host_id.encode(), value=codec.encode(signal))
+        await self.schedule_stage.tick(now)
         if self._dispatcher_woken_pending or not self.owns_dispatcher():
             return
         queue = self.dispatch_queue

@@ -18,10 +18,20 @@ from psycopg.types.json import Jsonb
 from schemas.commands import DeadLetter, ScanCommand
 from schemas.events import ScanCompleted, ScanStatus
 from schemas.internal import CommandTimedOut, ConfigPublished
+from schemas.schedules import ScheduleStateChanged
 from schemas.state import HostSchedule, HostStateChanged
+from streams.policy.schedules import schedule_status
+from streams.schedule_stage import ScheduleRunRecorded
 
 Change = (
-    HostStateChanged | ScanCompleted | ScanCommand | DeadLetter | CommandTimedOut | ConfigPublished
+    HostStateChanged
+    | ScanCompleted
+    | ScanCommand
+    | DeadLetter
+    | CommandTimedOut
+    | ConfigPublished
+    | ScheduleStateChanged
+    | ScheduleRunRecorded
 )
 
 FLAGS = ("in_flight", "maintenance", "inactive", "down")
@@ -78,6 +88,10 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
         configs = [c for c in changes if isinstance(c, ConfigPublished)]
         if configs:
             await _apply_config(conn, max(configs, key=lambda c: c.config.version), summary)
+        schedules = [c for c in changes if isinstance(c, ScheduleStateChanged)]
+        await _apply_schedules(conn, schedules, summary)
+        runs = [c for c in changes if isinstance(c, ScheduleRunRecorded)]
+        await _apply_schedule_runs(conn, runs, summary)
     return summary
 
 
@@ -295,3 +309,75 @@ async def _apply_config(
         (Jsonb(config.model_dump(mode="json")), config.version),
     )
     summary.saw("config", None)
+
+
+_SCHEDULE_COLUMNS = (
+    "schedule_id", "name", "definition", "status", "enabled", "paused", "pause_note",
+    "disabled_reason", "is_system", "next_fire_at", "last_fired_at", "last_success_at", "runs",
+    "skipped_runs", "failed_runs", "consecutive_failures", "last_error", "version", "deleted",
+    "created_at", "updated_at",
+)  # fmt: skip
+
+# A deleted schedule may be created again under the same id: its new state starts over at
+# version 1 but was created after the deletion.
+_UPSERT_SCHEDULE = (
+    f"INSERT INTO schedules ({', '.join(_SCHEDULE_COLUMNS)}) "
+    f"VALUES ({', '.join(['%s'] * len(_SCHEDULE_COLUMNS))}) "
+    "ON CONFLICT (schedule_id) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in _SCHEDULE_COLUMNS[1:])
+    + " WHERE excluded.version > schedules.version"
+    " OR (schedules.deleted AND excluded.created_at > schedules.updated_at)"
+)
+
+
+async def _apply_schedules(
+    conn: psycopg.AsyncConnection, changes: list[ScheduleStateChanged], summary: BatchSummary
+) -> None:
+    async with conn.cursor() as cursor:
+        for change in changes:
+            state = change.state
+            if state is None:
+                await cursor.execute(
+                    "UPDATE schedules SET deleted = true, version = %s, updated_at = %s,"
+                    " next_fire_at = NULL WHERE schedule_id = %s AND version < %s",
+                    (change.version, change.changed_at, change.schedule_id, change.version),
+                )
+            else:
+                schedule = state.schedule
+                row = (
+                    schedule.id, schedule.name, Jsonb(schedule.model_dump(mode="json")),
+                    schedule_status(state).value, state.enabled, state.paused, state.pause_note,
+                    state.disabled_reason, schedule.is_system, state.next_fire_at,
+                    state.last_fired_at, state.last_success_at, state.runs, state.skipped_runs,
+                    state.failed_runs, state.consecutive_failures, state.last_error,
+                    state.version, False, state.created_at, state.updated_at,
+                )  # fmt: skip
+                await cursor.execute(_UPSERT_SCHEDULE, row)
+            summary.saw("schedule_state", change.changed_at)
+
+
+async def _apply_schedule_runs(
+    conn: psycopg.AsyncConnection, runs: list[ScheduleRunRecorded], summary: BatchSummary
+) -> None:
+    if not runs:
+        return
+    async with conn.cursor() as cursor:
+        # "failed" is the final word on a run that fired; fired/skipped are first sightings.
+        await cursor.executemany(
+            "INSERT INTO schedule_runs (schedule_id, occurrence, attempt, reason, fired_at,"
+            " outcome, error, hosts_matched, commands_issued)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (schedule_id, occurrence, attempt) DO UPDATE SET"
+            " outcome = CASE WHEN excluded.outcome = 'failed' THEN 'failed'"
+            " ELSE schedule_runs.outcome END,"
+            " error = COALESCE(excluded.error, schedule_runs.error)",
+            [
+                (
+                    r.schedule_id, r.occurrence, r.attempt, r.reason, r.fired_at, r.outcome,
+                    r.error, r.hosts_matched, r.commands_issued,
+                )  # fmt: skip
+                for r in runs
+            ],
+        )
+    for run in runs:
+        summary.saw("schedule_run", run.fired_at)

@@ -43,10 +43,13 @@ async def _onboard(settings: Settings, hosts: list[str]) -> None:
     names = settings.topics
     producer = await start_producer(settings)
     try:
-        # Critical hosts every 15 scheduler minutes: 1.5 s of wall time per cycle.
+        # Critical hosts every 15 scheduler minutes: 1.5 s of wall time per cycle; a deadline
+        # of an hour (6 s of wall time) keeps a failover from timing out every command.
         await producer.send_and_wait(
             names.schedule_changes,
-            config_updated(max_concurrent_scans=CAP, interval_critical=15)
+            config_updated(
+                max_concurrent_scans=CAP, interval_critical=15, scan_timeout_seconds=3600
+            )
             .model_dump_json()
             .encode(),
             key=CONFIG_KEY.encode(),

@@ -48,6 +48,7 @@ class ScannerFleet:
         self.commands: list[Command] = []
         self.answered: set[str] = set()
         self.in_flight: set[str] = set()
+        self._deadlines: dict[str, datetime] = {}
         self.max_in_flight = 0
         self._consumer = AIOKafkaConsumer(
             settings.topics.scan_commands,
@@ -81,10 +82,22 @@ class ScannerFleet:
             command_id = command["command_id"]
             if command_id in self.answered or command_id in self.in_flight:
                 continue  # A re-sent command: agents dedupe on command_id.
+            self._forget_expired(issued_at=datetime.fromisoformat(command["issued_at"]))
             self.in_flight.add(command_id)
+            self._deadlines[command_id] = datetime.fromisoformat(command["deadline"])
             self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
             if self.answer(command):
                 self.answer_later(command)
+
+    def _forget_expired(self, *, issued_at: datetime) -> None:
+        """A command past its deadline no longer holds a slot: Kairos counts it as failed.
+
+        Commands issued at `issued_at` show Kairos' clock had reached that instant, so any
+        unanswered command whose deadline is earlier is out of the cap (late, not in flight).
+        """
+        expired = [c for c in self.in_flight if self._deadlines[c] <= issued_at]
+        for command_id in expired:
+            self.in_flight.discard(command_id)
 
     def answer_later(self, command: Command) -> None:
         """Answer `command` now, although `answer` declined it when it arrived."""

@@ -1,0 +1,354 @@
+"""Generic schedules ("scheduled jobs"): list, create, change, pause, trigger, history.
+
+Reads come from the read model (`schedules`, `schedule_runs`); every change is published as
+a `schedule.*` event keyed by the schedule id, answered 202 + event id. The schedule's name
+is its id, so names are unique by construction (and by a unique index in the projection).
+
+Recurrences are checked for meaning here with `streams.policy.recurrence.schedule_problem`
+(croniter and dateutil; `schemas` may only use pydantic and the standard library, so the
+check cannot live there). That module is pure and imports nothing of the worker; it is the
+one place the API imports from `streams`, so the API and the worker refuse the same
+schedules with the same words.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, HTTPException, Path, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from api import queries
+from api.deps import AdminDep, ClockDep, ConnDep, GuestDep, PublisherDep
+from api.errors import READ_ERRORS, Forbidden, InvalidInput, error_response
+from api.writes import accepted, stamp, write_answers
+from schemas.api import FieldErrorPublic, Role
+from schemas.schedules import (
+    Schedule,
+    ScheduleBackfillRequested,
+    ScheduleDeleted,
+    ScheduleDisabled,
+    ScheduleEnabled,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleTriggered,
+    ScheduleUpserted,
+)
+from streams.policy.recurrence import next_occurrences, schedule_problem
+
+PREFIX = "/api/scheduled-jobs"
+router = APIRouter(prefix=PREFIX, tags=["scheduled-jobs"])
+
+Name = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")]
+NOT_FOUND = {404: {"description": "No such schedule."}}
+
+
+class _Public(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ScheduledJobPublic(_Public):
+    name: str
+    status: str
+    enabled: bool
+    paused: bool
+    pause_note: str | None = None
+    disabled_reason: str | None = None
+    is_system: bool
+    next_fire_at: datetime | None = None
+    last_fired_at: datetime | None = None
+    last_success_at: datetime | None = None
+    runs: int
+    skipped_runs: int
+    failed_runs: int
+    consecutive_failures: int
+    last_error: str | None = None
+    version: int
+    definition: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class ScheduledJobsPublic(_Public):
+    data: list[ScheduledJobPublic]
+    count: int
+
+
+class ScheduleRunPublic(_Public):
+    occurrence: datetime
+    attempt: int
+    reason: str
+    fired_at: datetime
+    outcome: str
+    error: str | None = None
+    hosts_matched: int
+    commands_issued: int
+
+
+class RunStatsPublic(_Public):
+    total: int
+    fired: int
+    skipped: int
+    failed: int
+    success_rate: float | None = Field(
+        description="Runs that fired and did not fail / runs that fired (skips are neither)."
+    )
+
+
+class ScheduledJobDetailPublic(ScheduledJobPublic):
+    next_fire_times: list[datetime]
+    recent_runs: list[ScheduleRunPublic]
+
+
+class ScheduleHistoryPublic(_Public):
+    data: list[ScheduleRunPublic]
+    count: int
+    stats: RunStatsPublic
+
+
+class PauseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    note: str | None = Field(default=None, max_length=500)
+
+
+class BackfillBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    start: datetime
+    end: datetime
+
+
+def _job(row: dict[str, Any]) -> ScheduledJobPublic:
+    return ScheduledJobPublic.model_validate({k: v for k, v in row.items() if k != "schedule_id"})
+
+
+def _validated(definition: dict[str, Any]) -> Schedule | JSONResponse:
+    """The schedule `definition` describes, or the 422 naming what is wrong with it."""
+    name = definition.get("name")
+    try:
+        schedule = Schedule.model_validate({**definition, "id": name})
+    except ValidationError as error:
+        fields = []
+        for item in error.errors(include_url=False):
+            where = ".".join(str(part) for part in item["loc"]) or "body"
+            fields.append(("name" if where == "id" else where, str(item["msg"])))
+        detail = "; ".join(f"{field}: {message}" for field, message in fields)
+        return error_response(422, detail, errors=[_field(f, m) for f, m in fields])
+    problem = schedule_problem(schedule)
+    if problem:
+        raise InvalidInput("recurrence", problem, location="body")
+    return schedule
+
+
+def _field(field: str, message: str) -> FieldErrorPublic:
+    return FieldErrorPublic(field=field, location="body", message=message, type="value_error")
+
+
+async def _existing(conn: Any, name: str) -> dict[str, Any]:
+    row = await queries.get_schedule(conn, name=name)
+    if row is None:
+        raise HTTPException(404, f"no schedule named {name!r}")
+    return row
+
+
+@router.get("", response_model=ScheduledJobsPublic, responses=READ_ERRORS)
+async def list_jobs(
+    conn: ConnDep,
+    caller: GuestDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> ScheduledJobsPublic:
+    """Every schedule, by name."""
+    rows, count = await queries.list_schedules(conn, limit=limit, offset=offset)
+    return ScheduledJobsPublic(data=[_job(row) for row in rows], count=count)
+
+
+@router.post("", status_code=202, responses=write_answers())
+async def create_job(
+    body: Annotated[dict[str, Any], Body()],
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+) -> JSONResponse:
+    """Create a schedule (its name is its id). A bad cron, RRULE or filter answers 422."""
+    schedule = _validated(body)
+    if isinstance(schedule, JSONResponse):
+        return schedule
+    if await queries.get_schedule(conn, name=schedule.name) is not None:
+        raise HTTPException(409, f"a schedule named {schedule.name!r} exists; PATCH it")
+    return await _publish_upsert(schedule, publisher, clock, caller)
+
+
+async def _publish_upsert(
+    schedule: Schedule, publisher: Any, clock: Any, caller: Any
+) -> JSONResponse:
+    event = ScheduleUpserted(**stamp(caller, clock), schedule_id=schedule.id, schedule=schedule)
+    return accepted(await publisher.publish(event))
+
+
+@router.get(
+    "/{name}", response_model=ScheduledJobDetailPublic, responses={**READ_ERRORS, **NOT_FOUND}
+)
+async def get_job(
+    name: Name, conn: ConnDep, clock: ClockDep, caller: GuestDep
+) -> ScheduledJobDetailPublic:
+    """One schedule: its definition, state, next 5 fire times and latest runs."""
+    row = await _existing(conn, name)
+    upcoming: list[datetime] = []
+    if row["enabled"] and not row["paused"]:
+        schedule = Schedule.model_validate(row["definition"])
+        now = clock.now().astimezone(UTC)
+        upcoming = [
+            o.fire_at for o in next_occurrences(schedule, now, count=5, runs_so_far=row["runs"])
+        ]
+    runs, _ = await queries.list_schedule_runs(conn, schedule_id=row["schedule_id"], limit=10)
+    return ScheduledJobDetailPublic(
+        **_job(row).model_dump(),
+        next_fire_times=upcoming,
+        recent_runs=[ScheduleRunPublic.model_validate(run) for run in runs],
+    )
+
+
+@router.patch("/{name}", status_code=202, responses={**write_answers(), **NOT_FOUND})
+async def update_job(
+    name: Name,
+    body: Annotated[dict[str, Any], Body()],
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+) -> JSONResponse:
+    """Change some fields of a schedule's definition; the name cannot change."""
+    row = await _existing(conn, name)
+    if "name" in body and body["name"] != name:
+        raise InvalidInput("name", "a schedule's name is its id and cannot change", location="body")
+    definition = {key: value for key, value in row["definition"].items() if key != "id"}
+    schedule = _validated({**definition, **body, "name": name})
+    if isinstance(schedule, JSONResponse):
+        return schedule
+    return await _publish_upsert(schedule, publisher, clock, caller)
+
+
+@router.delete("/{name}", status_code=202, responses={**write_answers(), **NOT_FOUND})
+async def delete_job(
+    name: Name, conn: ConnDep, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+) -> JSONResponse:
+    """Delete a schedule; a system schedule needs SUPER_ADMIN."""
+    row = await _existing(conn, name)
+    if row["is_system"] and caller.role < Role.SUPER_ADMIN:
+        raise Forbidden("deleting a system schedule needs the SUPER_ADMIN role")
+    event = ScheduleDeleted(**stamp(caller, clock), schedule_id=row["schedule_id"])
+    return accepted(await publisher.publish(event))
+
+
+async def _simple(
+    kind: type[ScheduleEnabled | ScheduleDisabled | ScheduleResumed | ScheduleTriggered],
+    name: str,
+    conn: Any,
+    publisher: Any,
+    clock: Any,
+    caller: Any,
+) -> JSONResponse:
+    row = await _existing(conn, name)
+    event = kind(**stamp(caller, clock), schedule_id=row["schedule_id"])
+    return accepted(await publisher.publish(event))
+
+
+@router.post("/{name}/enable", status_code=202, responses={**write_answers(), **NOT_FOUND})
+async def enable_job(
+    name: Name, conn: ConnDep, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+) -> JSONResponse:
+    """Turn a disabled schedule on (missed occurrences are not caught up)."""
+    return await _simple(ScheduleEnabled, name, conn, publisher, clock, caller)
+
+
+@router.post("/{name}/disable", status_code=202, responses={**write_answers(), **NOT_FOUND})
+async def disable_job(
+    name: Name, conn: ConnDep, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+) -> JSONResponse:
+    """Turn a schedule off."""
+    return await _simple(ScheduleDisabled, name, conn, publisher, clock, caller)
+
+
+@router.post("/{name}/pause", status_code=202, responses={**write_answers(), **NOT_FOUND})
+async def pause_job(
+    name: Name,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    body: Annotated[PauseBody | None, Body()] = None,
+) -> JSONResponse:
+    """Hold occurrences back; resume catches them up by the catch-up policy."""
+    row = await _existing(conn, name)
+    note = body.note if body else None
+    event = SchedulePaused(**stamp(caller, clock), schedule_id=row["schedule_id"], note=note)
+    return accepted(await publisher.publish(event))
+
+
+@router.post("/{name}/resume", status_code=202, responses={**write_answers(), **NOT_FOUND})
+async def resume_job(
+    name: Name, conn: ConnDep, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+) -> JSONResponse:
+    """Resume a paused schedule."""
+    return await _simple(ScheduleResumed, name, conn, publisher, clock, caller)
+
+
+@router.post("/{name}/trigger", status_code=202, responses={**write_answers(), **NOT_FOUND})
+async def trigger_job(
+    name: Name, conn: ConnDep, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+) -> JSONResponse:
+    """Run the schedule now, under its overlap policy."""
+    return await _simple(ScheduleTriggered, name, conn, publisher, clock, caller)
+
+
+@router.post("/{name}/backfill", status_code=202, responses={**write_answers(), **NOT_FOUND})
+async def backfill_job(
+    name: Name,
+    body: Annotated[BackfillBody, Body()],
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+) -> JSONResponse:
+    """Run every occurrence in [start, end) (and before now) again."""
+    row = await _existing(conn, name)
+    if body.end <= body.start:
+        raise InvalidInput("end", "backfill end must be after start", location="body")
+    event = ScheduleBackfillRequested(
+        **stamp(caller, clock), schedule_id=row["schedule_id"], start=body.start, end=body.end
+    )
+    return accepted(await publisher.publish(event))
+
+
+@router.get(
+    "/{name}/history", response_model=ScheduleHistoryPublic, responses={**READ_ERRORS, **NOT_FOUND}
+)
+async def job_history(
+    name: Name,
+    conn: ConnDep,
+    caller: GuestDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> ScheduleHistoryPublic:
+    """The latest runs (newest first) and counts by outcome."""
+    row = await _existing(conn, name)
+    runs, count = await queries.list_schedule_runs(
+        conn, schedule_id=row["schedule_id"], limit=limit
+    )
+    stats = await queries.schedule_run_stats(conn, schedule_id=row["schedule_id"])
+    total = int(stats["total"])
+    attempted = int(stats["fired"]) + int(stats["failed"])
+    rate = int(stats["fired"]) / attempted if attempted else None
+    return ScheduleHistoryPublic(
+        data=[ScheduleRunPublic.model_validate(run) for run in runs],
+        count=count,
+        stats=RunStatsPublic(
+            total=total,
+            fired=int(stats["fired"]),
+            skipped=int(stats["skipped"]),
+            failed=int(stats["failed"]),
+            success_rate=rate,
+        ),
+    )

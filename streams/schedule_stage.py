@@ -1,0 +1,609 @@
+"""The generic-schedule stage: thin adapters around `streams.policy.schedules` and `.targets`.
+
+Schedule state lives where its key (the schedule id) lands: `schedule.*` events on
+schedule-changes and the schedule signals below on kairos-host-signals are co-partitioned,
+so the host-stage agent hands them here and every table write happens inside stream
+iteration. Hosts are partitioned by host id, so a run is fanned out: one `ScheduleFanOut`
+per partition that can hold a target (all of them for a filter, fewer for static object
+ids, a trigger or a retry). Each partition's owner selects its own hosts, dispatches and
+replies with `ScheduleFanOutDone`; when every reply is in, the run is `run_dispatched`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.partitioner import murmur2
+from pydantic import Field, TypeAdapter
+
+from schemas.base import Contract, Timestamp
+from schemas.commands import ADAPTIVE_SCANNER
+from schemas.events import ObjectEvent, ScanCompleted, ScanStatus
+from schemas.internal import CommandTimedOut, ReleaseOutcome, SlotReleased
+from schemas.schedules import (
+    RunPlan,
+    Schedule,
+    ScheduleState,
+    ScheduleStateChanged,
+    load_schedule_state,
+)
+from schemas.state import HostSchedule
+from streams import codec
+from streams.codec import Undecodable
+from streams.due_index import DueIndex
+from streams.policy.schedules import (
+    ScheduleDecision,
+    decide_schedule,
+    due_runs,
+    run_dispatched,
+    run_finished,
+    trigger_matches,
+    wake_at,
+)
+from streams.policy.targets import dispatch_requests, select_targets
+
+if TYPE_CHECKING:
+    from streams.app import KairosWorker
+
+log = logging.getLogger(__name__)
+
+RUN_TIMEOUT = timedelta(hours=24)
+"""A tracked run still waiting for results after this is concluded as failed (lost replies)."""
+
+
+# --- messages (internal to the worker) ------------------------------------------------
+
+
+class ScheduleDue(Contract):
+    """The due index says this schedule's wake-up time has come (key = schedule id)."""
+
+    kind: Literal["schedule.due"] = "schedule.due"
+    schedule_id: str
+    wake_at: Timestamp
+
+
+class ScheduleFanOut(Contract):
+    """Select and dispatch the targets of `run` held in the partition this is sent to."""
+
+    kind: Literal["schedule.fanout"] = "schedule.fanout"
+    schedule: Schedule
+    run: RunPlan
+    expected: int = Field(description="How many partitions the run was sent to.")
+
+
+class ScheduleFanOutDone(Contract):
+    """One partition's part of a run: the commands it sent (key = schedule id)."""
+
+    kind: Literal["schedule.fanout_done"] = "schedule.fanout_done"
+    schedule_id: str
+    run: RunPlan
+    partition: int
+    command_ids: tuple[str, ...]
+    skipped: int = 0
+
+
+class ScheduleCommandEnded(Contract):
+    """A command of a tracked run ended (result or timeout), key = schedule id."""
+
+    kind: Literal["schedule.command_ended"] = "schedule.command_ended"
+    schedule_id: str
+    command_id: str
+    host_id: str
+    outcome: ReleaseOutcome
+    error: str | None = None
+
+
+class ScheduleObjectEvent(Contract):
+    """An object event matching this schedule's trigger, re-keyed by schedule id."""
+
+    kind: Literal["schedule.object_event"] = "schedule.object_event"
+    schedule_id: str
+    event: ObjectEvent
+
+
+ScheduleSignal = Annotated[
+    ScheduleDue | ScheduleFanOut | ScheduleFanOutDone | ScheduleCommandEnded | ScheduleObjectEvent,
+    Field(discriminator="kind"),
+]
+schedule_signal: TypeAdapter[Any] = TypeAdapter(ScheduleSignal)
+
+
+class ScheduleRunRecorded(Contract):
+    """On kairos-schedules (key = schedule id): a run fired, was skipped or failed."""
+
+    kind: Literal["schedule.run"] = "schedule.run"
+    schedule_id: str
+    occurrence: Timestamp
+    attempt: int
+    reason: str
+    outcome: Literal["fired", "skipped", "failed"]
+    fired_at: Timestamp
+    hosts_matched: int = 0
+    commands_issued: int = 0
+    error: str | None = None
+
+
+def decode_schedule_record(raw: bytes | None) -> ScheduleStateChanged | ScheduleRunRecorded:
+    """A record of kairos-schedules; raises Undecodable."""
+    try:
+        kind = json.loads(raw or b"null").get("kind")
+    except (ValueError, AttributeError):
+        raise Undecodable("not a JSON object") from None
+    if kind == "schedule.run":
+        return codec.decode(_run_recorded, raw)  # type: ignore[no-any-return]
+    return codec.decode(_state_changed, raw)  # type: ignore[no-any-return]
+
+
+_run_recorded = TypeAdapter(ScheduleRunRecorded)
+_state_changed = TypeAdapter(ScheduleStateChanged)
+
+
+def is_schedule_message(raw: bytes | None) -> bool:
+    """Whether a schedule-changes or host-signals record belongs to this stage."""
+    try:
+        parsed = json.loads(raw or b"null")
+    except ValueError:
+        return False
+    if not isinstance(parsed, dict):
+        return False
+    tag = parsed.get("type") or parsed.get("kind")
+    return isinstance(tag, str) and tag.startswith("schedule.")
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition the producers' default partitioner picks for `key` (murmur2, as Java)."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def _run_key(run: RunPlan) -> str:
+    return f"{run.occurrence.isoformat()}/{run.attempt}"
+
+
+class ScheduleStage:
+    """Tables and in-memory indexes of the schedule stage, wired into one KairosWorker."""
+
+    def __init__(self, worker: KairosWorker, app: Any) -> None:
+        self.worker = worker
+        settings = worker.settings
+        self.partitions = settings.partitions
+        self.due_index = DueIndex()
+        self.triggers: dict[str, Schedule] = {}
+        self.counters: Counter[str] = Counter()
+        raw = {"key_serializer": "raw", "value_serializer": "raw"}
+        self.records = app.topic(worker.names.schedules, **raw)
+        self.changes = app.topic(worker.names.schedule_changes, **raw)
+        self.table = app.Table(
+            "schedules", partitions=settings.partitions, key_type=str, value_type=bytes
+        )
+        self.fanouts = app.Table(
+            "schedule-fanouts", partitions=settings.partitions, key_type=str, value_type=bytes
+        )
+        # Host side: command id -> schedule/host/scanner; "busy:host/scanner"; "last:host/scanner".
+        self.commands = app.Table(
+            "schedule-commands", partitions=settings.partitions, key_type=str, value_type=bytes
+        )
+        self.table.on_recover(self._rebuild_due_index)
+        app.task(self._follow_schedules)
+
+    # --- inputs routed by the host stage ------------------------------------------------
+    async def handle(
+        self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None
+    ) -> None:
+        worker = self.worker
+        adapter = (
+            codec.schedule_change if topic == worker.names.schedule_changes else schedule_signal
+        )
+        try:
+            parsed = codec.decode(adapter, raw)
+        except Undecodable as error:
+            await worker._dead_letter(topic, partition, offset, key, raw, str(error))
+            return
+        now = worker.clock.now()
+        if isinstance(parsed, ScheduleFanOut):
+            await self._fan_out_here(parsed, partition, now)
+            return
+        schedule_id: str = parsed.schedule_id
+        if key is None or key.decode("utf-8", "replace") != schedule_id:
+            reason = f"key {key!r} must equal the schedule id {schedule_id!r}"
+            await worker._dead_letter(topic, partition, offset, key, raw, reason)
+            return
+        await self._handle_keyed(schedule_id, parsed, now, (topic, partition, offset, key, raw))
+        # Whatever happened, the due index follows the stored state (a tick popped it).
+        after = self._load(schedule_id)
+        self.due_index.set(schedule_id, wake_at(after) if after else None)
+        if isinstance(parsed, ScheduleDue) and after is not None:
+            again = wake_at(after)
+            if again is not None and again <= now:  # A backlog: the next batch.
+                await self._signal(schedule_id, ScheduleDue(schedule_id=schedule_id, wake_at=now))
+
+    async def _handle_keyed(
+        self, schedule_id: str, parsed: Any, now: datetime, origin: tuple[Any, ...]
+    ) -> None:
+        state = self._load(schedule_id)
+        match parsed:
+            case ScheduleDue():
+                if state is None:
+                    return
+                decision = due_runs(state, now=now, run_timeout=RUN_TIMEOUT)
+            case ScheduleFanOutDone():
+                await self._collect(state, parsed, now)
+                return
+            case ScheduleCommandEnded():
+                await self._command_ended(state, parsed, now)
+                return
+            case ScheduleObjectEvent():
+                decision = decide_schedule(state, parsed.event, now=now)
+            case _:
+                decision = decide_schedule(state, parsed, now=now)
+        if decision.rejection is not None:
+            await self.worker._dead_letter(*origin, decision.rejection)
+            return
+        await self._settle(schedule_id, state, decision, now)
+
+    async def route_object_event(self, event: ObjectEvent) -> None:
+        """Hand an object event to every trigger schedule it matches (keyed by schedule id)."""
+        for schedule in list(self.triggers.values()):
+            if trigger_matches(schedule, event):
+                message = ScheduleObjectEvent(schedule_id=schedule.id, event=event)
+                await self._signal(schedule.id, message)
+
+    async def scan_completed(self, result: ScanCompleted) -> bool:
+        """Release a schedule command's slot and report it; False: not a schedule command."""
+        entry = self._pop_command(result.command_id, result.host_id)
+        if entry is None:
+            return False
+        succeeded = result.status is ScanStatus.SUCCEEDED
+        if succeeded:
+            self.commands[f"last:{result.host_id}/{entry['scanner']}"] = (
+                result.completed_at.isoformat().encode()
+            )
+        outcome = ReleaseOutcome.COMPLETED if succeeded else ReleaseOutcome.FAILED
+        release = SlotReleased(command_id=result.command_id, outcome=outcome)
+        await self.worker.dispatch_topic.send(key=b"dispatch", value=codec.encode(release))
+        await self._report(entry, result.command_id, result.host_id, outcome, result.error)
+        return True
+
+    async def command_timed_out(self, signal: CommandTimedOut) -> bool:
+        entry = self._pop_command(signal.command_id, signal.host_id)
+        if entry is None:
+            return False
+        await self._report(entry, signal.command_id, signal.host_id, ReleaseOutcome.TIMED_OUT, None)
+        return True
+
+    # --- the timer --------------------------------------------------------------------
+    async def tick(self, now: datetime) -> None:
+        for schedule_id, woke_at in self.due_index.pop_due(now):
+            await self._signal(schedule_id, ScheduleDue(schedule_id=schedule_id, wake_at=woke_at))
+
+    # --- state ------------------------------------------------------------------------
+    def _load(self, schedule_id: str) -> ScheduleState | None:
+        stored = self.table.get(schedule_id)
+        return load_schedule_state(json.loads(stored)) if stored else None
+
+    async def _settle(
+        self,
+        schedule_id: str,
+        before: ScheduleState | None,
+        decision: ScheduleDecision,
+        now: datetime,
+    ) -> None:
+        """Start the decision's runs, then store and publish the state it leaves."""
+        if decision.ignored:
+            self.counters[f"ignored_{decision.ignored}"] += 1
+        state = decision.state
+        changed = decision.changed
+        for run in decision.runs:
+            assert state is not None
+            state, started_changed = await self._start(state, run, now)
+            changed = changed or started_changed
+        for event in decision.events:
+            await self.changes.send(key=schedule_id.encode(), value=codec.encode(event))
+        if changed:
+            await self._store(schedule_id, before, state, now)
+
+    async def _store(
+        self,
+        schedule_id: str,
+        before: ScheduleState | None,
+        state: ScheduleState | None,
+        now: datetime,
+    ) -> None:
+        if state is None:
+            self.table.pop(schedule_id, None)
+            self.fanouts.pop(schedule_id, None)
+        else:
+            self.table[schedule_id] = state.model_dump_json(exclude_none=True).encode()
+        version = state.version if state else (before.version + 1 if before else 0)
+        change = ScheduleStateChanged(
+            schedule_id=schedule_id, version=version, state=state, changed_at=now
+        )
+        await self.records.send(key=schedule_id.encode(), value=codec.encode(change))
+        if before is not None and state is not None and state.failed_runs > before.failed_runs:
+            still = {(run.occurrence, run.attempt) for run in state.in_flight}
+            for run in before.in_flight:
+                if (run.occurrence, run.attempt) not in still:
+                    record = ScheduleRunRecorded(
+                        schedule_id=schedule_id,
+                        occurrence=run.occurrence,
+                        attempt=run.attempt,
+                        reason="schedule",
+                        outcome="failed",
+                        fired_at=run.started_at,
+                        hosts_matched=run.finished + len(run.outstanding),
+                        commands_issued=run.finished + len(run.outstanding),
+                        error=run.last_error or state.last_error,
+                    )
+                    await self.records.send(key=schedule_id.encode(), value=codec.encode(record))
+        self.due_index.set(schedule_id, wake_at(state) if state else None)
+
+    async def _start(
+        self, state: ScheduleState, run: RunPlan, now: datetime
+    ) -> tuple[ScheduleState, bool]:
+        """Fan the run out to the partitions that may hold its targets."""
+        schedule = state.schedule
+        wanted: Iterable[str] | None = None
+        if run.object_id is not None:
+            wanted = (run.object_id,)
+        elif run.host_ids is not None:
+            wanted = run.host_ids
+        elif schedule.targets.object_ids is not None:
+            wanted = schedule.targets.object_ids
+        partitions = (
+            sorted({partition_of(object_id, self.partitions) for object_id in wanted})
+            if wanted is not None
+            else list(range(self.partitions))
+        )
+        if not partitions:
+            return await self._dispatched(state, run, [], 0, now)
+        if run.tracked:
+            pending = self._pending(state.schedule.id)
+            pending["runs"][_run_key(run)] = {
+                "run": run.model_dump(mode="json"),
+                "expected": len(partitions),
+                "parts": [],
+                "commands": [],
+                "skipped": 0,
+            }
+            self.fanouts[schedule.id] = codec.dumps(pending)
+        fan_out = codec.encode(ScheduleFanOut(schedule=schedule, run=run, expected=len(partitions)))
+        for partition in partitions:
+            await self.worker.host_signals.send(
+                key=schedule.id.encode(), value=fan_out, partition=partition
+            )
+        return state, False
+
+    def _pending(self, schedule_id: str) -> dict[str, Any]:
+        stored = self.fanouts.get(schedule_id)
+        return json.loads(stored) if stored else {"runs": {}, "early": []}
+
+    async def _collect(
+        self, state: ScheduleState | None, done: ScheduleFanOutDone, now: datetime
+    ) -> None:
+        run = done.run
+        if not run.tracked:
+            await self._record_fired(run, done.command_ids, done.skipped, now)
+            return
+        if state is None:
+            return
+        pending = self._pending(state.schedule.id)
+        entry = pending["runs"].get(_run_key(run))
+        if entry is None or done.partition in entry["parts"]:
+            self.counters["duplicate_fanout_reply"] += 1
+            return
+        entry["parts"].append(done.partition)
+        entry["commands"].extend(done.command_ids)
+        entry["skipped"] += done.skipped
+        if len(entry["parts"]) < entry["expected"]:
+            self.fanouts[state.schedule.id] = codec.dumps(pending)
+            return
+        del pending["runs"][_run_key(run)]
+        early = pending["early"] if not pending["runs"] else []
+        if not pending["runs"]:
+            pending["early"] = []
+        self.fanouts[state.schedule.id] = codec.dumps(pending)
+        after, changed = await self._dispatched(
+            state, run, entry["commands"], entry["skipped"], now
+        )
+        if changed:
+            await self._store(state.schedule.id, state, after, now)
+        for raw in early:
+            await self._command_ended(
+                self._load(state.schedule.id), ScheduleCommandEnded.model_validate(raw), now
+            )
+
+    async def _dispatched(
+        self,
+        state: ScheduleState,
+        run: RunPlan,
+        command_ids: list[str],
+        skipped: int,
+        now: datetime,
+    ) -> tuple[ScheduleState, bool]:
+        await self._record_fired(run, command_ids, skipped, now)
+        decision = run_dispatched(state, run, command_ids, now=now)
+        after = decision.state
+        assert after is not None
+        changed = decision.changed
+        for released in decision.runs:
+            after, started_changed = await self._start(after, released, now)
+            changed = changed or started_changed
+        return after, changed
+
+    async def _record_fired(
+        self, run: RunPlan, command_ids: Iterable[str], skipped: int, now: datetime
+    ) -> None:
+        issued = len(tuple(command_ids))
+        record = ScheduleRunRecorded(
+            schedule_id=run.schedule_id,
+            occurrence=run.occurrence,
+            attempt=run.attempt,
+            reason=run.reason.value,
+            outcome="fired" if issued else "skipped",
+            fired_at=now,
+            hosts_matched=issued + skipped,
+            commands_issued=issued,
+        )
+        await self.records.send(key=run.schedule_id.encode(), value=codec.encode(record))
+
+    async def _command_ended(
+        self, state: ScheduleState | None, ended: ScheduleCommandEnded, now: datetime
+    ) -> None:
+        if state is None:
+            return
+        decision = run_finished(
+            state,
+            ended.command_id,
+            outcome=ended.outcome,
+            host_id=ended.host_id,
+            error=ended.error,
+            now=now,
+        )
+        if decision.ignored == "unknown_command":
+            pending = self._pending(state.schedule.id)
+            if pending["runs"]:  # The result overtook the last fan-out reply: keep it.
+                pending["early"].append(ended.model_dump(mode="json"))
+                self.fanouts[state.schedule.id] = codec.dumps(pending)
+                return
+        await self._settle(state.schedule.id, state, decision, now)
+
+    # --- the host side of a fan-out ----------------------------------------------------
+    async def _fan_out_here(self, fan_out: ScheduleFanOut, partition: int, now: datetime) -> None:
+        worker = self.worker
+        schedule, run = fan_out.schedule, fan_out.run
+        hosts: list[HostSchedule] = [
+            HostSchedule.model_validate_json(stored)
+            for host_id, stored in list(worker.hosts.items())
+            if partition_of(host_id, self.partitions) == partition
+        ]
+        last_scans: dict[str, datetime] = {}
+        for host in hosts:
+            if schedule.scanner == ADAPTIVE_SCANNER and host.last_scan_completed:
+                last_scans[host.host_id] = host.last_scan_completed
+            stored = self.commands.get(f"last:{host.host_id}/{schedule.scanner}")
+            if stored:
+                last_scans[host.host_id] = datetime.fromisoformat(stored.decode())
+        selection = select_targets(schedule, run, hosts, now=now, last_scan_by_scanner=last_scans)
+        chosen = [
+            host_id
+            for host_id in selection.host_ids
+            if partition_of(host_id, self.partitions) == partition
+            and f"busy:{host_id}/{schedule.scanner}" not in self.commands
+        ]
+        skipped = len(selection.host_ids) - len(chosen)
+        states = {host.host_id: host.state for host in hosts}
+        requests = dispatch_requests(schedule, run, chosen, states=states)
+        for request in requests:
+            entry = {
+                "schedule_id": schedule.id,
+                "host_id": request.host_id,
+                "scanner": schedule.scanner,
+                "tracked": run.tracked,
+            }
+            self.commands[request.command_id] = codec.dumps(entry)
+            self.commands[f"busy:{request.host_id}/{schedule.scanner}"] = (
+                request.command_id.encode()
+            )
+            await worker.dispatch_topic.send(key=b"dispatch", value=codec.encode(request))
+        done = ScheduleFanOutDone(
+            schedule_id=schedule.id,
+            run=run,
+            partition=partition,
+            command_ids=tuple(request.command_id for request in requests),
+            skipped=skipped,
+        )
+        await self._signal(schedule.id, done)
+
+    def _pop_command(self, command_id: str, host_id: str) -> dict[str, Any] | None:
+        stored = self.commands.get(command_id)
+        if not stored:
+            return None
+        entry: dict[str, Any] = json.loads(stored)
+        if entry["host_id"] != host_id:
+            return None
+        self.commands.pop(command_id, None)
+        busy = f"busy:{host_id}/{entry['scanner']}"
+        held = self.commands.get(busy)
+        if held is not None and held.decode() == command_id:
+            self.commands.pop(busy, None)
+        return entry
+
+    async def _report(
+        self,
+        entry: dict[str, Any],
+        command_id: str,
+        host_id: str,
+        outcome: ReleaseOutcome,
+        error: str | None,
+    ) -> None:
+        if not entry.get("tracked", True):
+            return
+        ended = ScheduleCommandEnded(
+            schedule_id=entry["schedule_id"],
+            command_id=command_id,
+            host_id=host_id,
+            outcome=outcome,
+            error=error,
+        )
+        await self._signal(entry["schedule_id"], ended)
+
+    async def _signal(self, schedule_id: str, message: Contract) -> None:
+        await self.worker.host_signals.send(key=schedule_id.encode(), value=codec.encode(message))
+
+    # --- recovery and the trigger index ------------------------------------------------
+    def _rebuild_due_index(self) -> Awaitable[None]:
+        async def rebuild() -> None:
+            self.due_index.clear()
+            for schedule_id, stored in list(self.table.items()):
+                state = load_schedule_state(json.loads(stored))
+                self.due_index.set(schedule_id, wake_at(state))
+            log.info("schedule due index rebuilt: %d schedules", len(self.due_index))
+
+        return rebuild()
+
+    async def _follow_schedules(self) -> None:
+        """Read kairos-schedules whole: every worker knows every trigger schedule."""
+        worker = self.worker
+        consumer = AIOKafkaConsumer(
+            **worker.settings.kafka_client_options(), enable_auto_commit=False, group_id=None
+        )
+        await consumer.start()
+        try:
+            topic = worker.names.schedules
+            assigned = [TopicPartition(topic, p) for p in range(self.partitions)]
+            consumer.assign(assigned)
+            await consumer.seek_to_beginning(*assigned)
+            while True:
+                batches = await consumer.getmany(*assigned, timeout_ms=500)
+                for records in batches.values():
+                    for record in records:
+                        self._on_schedule_record(record.value)
+        finally:
+            await consumer.stop()
+
+    def _on_schedule_record(self, raw: bytes | None) -> None:
+        try:
+            record = decode_schedule_record(raw)
+        except Undecodable:
+            return
+        if not isinstance(record, ScheduleStateChanged):
+            return
+        state = record.state
+        if state is None or state.schedule.trigger is None:
+            self.triggers.pop(record.schedule_id, None)
+        else:
+            self.triggers[record.schedule_id] = state.schedule
+
+
+__all__ = [
+    "ScheduleRunRecorded",
+    "ScheduleStage",
+    "decode_schedule_record",
+    "is_schedule_message",
+    "partition_of",
+]

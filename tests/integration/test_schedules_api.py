@@ -1,0 +1,132 @@
+"""The scheduled-jobs API: validation at the door, writes as events, reads from projection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kairos.settings import Settings
+from schemas.api import Role
+from tests.integration.test_api import api_settings, bearer, prepare, running_api
+from tests.integration.test_cli import run_kairos
+from tests.support.factories import host_created
+from tests.support.kafka import Collector, publish, start_producer
+
+pytestmark = pytest.mark.integration
+
+J = "/api/scheduled-jobs"
+
+
+def job(name: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "scanner": "nmap",
+        "recurrence": {"kind": "cron", "expression": "0 * * * *"},
+        **fields,
+    }
+
+
+async def test_writes_validate_and_publish_keyed_by_name(
+    bootstrap_servers: str, postgres_server: Callable[[str], str], broker_kind: str
+) -> None:
+    settings = api_settings(bootstrap_servers, postgres_server, broker_kind)
+    tokens = await prepare(settings)
+    admin, guest = bearer(tokens[Role.SECURITY_ADMIN]), bearer(tokens[Role.GUEST])
+    names = settings.topics
+    async with (
+        Collector(settings, names.schedule_changes) as changes,
+        running_api(settings) as client,
+    ):
+        bad_cron = job("bad", recurrence={"kind": "cron", "expression": "61 * * * *"})
+        response = await client.post(J, json=bad_cron, headers=admin)
+        assert response.status_code == 422
+        assert "61 * * * *" in response.json()["detail"]
+        assert "out of range" in response.json()["detail"]
+
+        injection = job(
+            "inject", targets={"filter": {"field": "1; DROP TABLE", "op": "eq", "value": "x"}}
+        )
+        response = await client.post(J, json=injection, headers=admin)
+        assert response.status_code == 422
+        assert "unknown filter field" in response.json()["detail"]
+
+        response = await client.post(J, json=job("nightly"), headers=guest)
+        assert response.status_code == 403
+        response = await client.post(J, json=job("nightly"), headers=admin)
+        assert response.status_code == 202
+        event_id = response.json()["event_id"]
+
+        assert (await client.get(f"{J}/nope", headers=guest)).status_code == 404
+        await changes.wait_for(
+            lambda: bool(changes.records), timeout=10, what="the published upsert"
+        )
+    (record,) = changes.records
+    assert record.key == b"nightly"
+    published = changes.values(names.schedule_changes)[0]
+    assert published["type"] == "schedule.upserted"
+    assert published["event_id"] == event_id
+    assert published["schedule"]["id"] == "nightly"
+
+
+async def test_created_job_runs_and_its_history_counts_skipped_runs(make_settings, workers) -> None:
+    settings = make_settings(clock_speed=3600.0, clock_origin=datetime.now(UTC))
+    workers(settings)
+    tokens = await prepare(settings)
+    admin, guest = bearer(tokens[Role.SECURITY_ADMIN]), bearer(tokens[Role.GUEST])
+    producer = await start_producer(settings)
+    await publish(producer, settings.topics.object_created, "lab-1", host_created("lab-1"))
+    await producer.stop()
+    target = {"filter": {"field": "labels.env", "op": "eq", "value": "absent"}}
+    async with running_api(settings) as client:
+        response = await client.post(J, json=job("hourly", targets=target), headers=admin)
+        assert response.status_code == 202
+        history: dict[str, Any] = {}
+
+        async def refresh() -> None:
+            answer = await client.get(f"{J}/hourly/history", headers=guest)
+            if answer.status_code == 200:
+                history.update(answer.json())
+
+        started = time.monotonic()
+        while not history or history["stats"]["skipped"] < 2:
+            assert time.monotonic() - started < 40, f"no skipped runs projected: {history}"
+            await asyncio.sleep(0.2)
+            await refresh()
+        detail = (await client.get(f"{J}/hourly", headers=guest)).json()
+        listed = (await client.get(J, headers=guest)).json()
+    assert history["stats"]["failed"] == 0
+    assert all(run["outcome"] == "skipped" for run in history["data"])
+    assert detail["status"] == "active" and len(detail["next_fire_times"]) == 5
+    assert detail["definition"]["targets"]["filter"]["value"] == "absent"
+    assert [item["name"] for item in listed["data"]] == ["hourly"]
+
+
+async def test_cli_creates_a_schedule_and_refuses_a_bad_rrule(
+    settings: Settings, tmp_path: Path
+) -> None:
+    await prepare(settings)
+    names = settings.topics
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps(job("weekly", recurrence={"kind": "rrule", "rule": "FREQ=SOMETIMES"}))
+    )
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(job("weekly")))
+    refused = run_kairos(settings, "schedules", "create", "--file", str(bad))
+    assert refused.returncode != 0 and "FREQ" in refused.stderr
+    async with Collector(settings, names.schedule_changes) as changes:
+        created = run_kairos(settings, "schedules", "create", "--file", str(good))
+        assert created.returncode == 0, created.stderr
+        paused = run_kairos(settings, "schedules", "pause", "weekly", "--note", "freeze")
+        assert paused.returncode == 0, paused.stderr
+        await changes.wait_for(lambda: len(changes.records) >= 2, timeout=10, what="two events")
+    kinds = [value["type"] for value in changes.values(names.schedule_changes)]
+    assert kinds == ["schedule.upserted", "schedule.paused"]
+    assert {record.key for record in changes.records} == {b"weekly"}
