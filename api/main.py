@@ -24,7 +24,7 @@ POOL_MAX_SIZE = 20
 WAIT_SECONDS = 5.0
 CALL_TIMEOUT_SECONDS = 5.0
 """Upper bound on waiting for one dependency (a pooled connection, a Kafka acknowledgement)."""
-JOBS_IN_OPENAPI = False
+JOBS_IN_OPENAPI = True
 
 DESCRIPTION = """\
 Reads come from the PostgreSQL read model; writes are published as events on

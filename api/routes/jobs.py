@@ -24,7 +24,7 @@ from api import queries
 from api.deps import AdminDep, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, Forbidden, InvalidInput, error_response
 from api.writes import accepted, stamp, write_answers
-from schemas.api import FieldErrorPublic, Role
+from schemas.api import ErrorPublic, FieldErrorPublic, Role
 from schemas.schedules import (
     Schedule,
     ScheduleBackfillRequested,
@@ -42,7 +42,10 @@ PREFIX = "/api/scheduled-jobs"
 router = APIRouter(prefix=PREFIX, tags=["scheduled-jobs"])
 
 Name = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")]
-NOT_FOUND = {404: {"description": "No such schedule."}}
+NOT_FOUND = {
+    404: {"model": ErrorPublic, "description": "No such schedule."},
+    409: {"model": ErrorPublic, "description": "The schedule exists already or is protected."},
+}
 
 
 class _Public(BaseModel):
@@ -157,7 +160,7 @@ async def list_jobs(
     conn: ConnDep,
     caller: GuestDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
 ) -> ScheduledJobsPublic:
     """Every schedule, by name."""
     rows, count = await queries.list_schedules(conn, limit=limit, offset=offset)

@@ -265,6 +265,13 @@ CONFIG = SchedulerConfig(interval_critical=45, max_concurrent_scans=7, version=3
 
 
 async def seed(conn: psycopg.AsyncConnection) -> None:
+    definition = {"id": "nightly", "name": "nightly", "scanner": "nmap",
+                  "recurrence": {"kind": "cron", "expression": "0 2 * * *"}}  # fmt: skip
+    await conn.execute(
+        "INSERT INTO schedules (schedule_id, name, definition, status, enabled, version,"
+        " created_at, updated_at) VALUES ('nightly', 'nightly', %s, 'enabled', true, 1, %s, %s)",
+        (Jsonb(definition), T0, T0),
+    )
     for row in FLEET:
         fields = {k: v for k, v in row.items() if k not in ("host_id", "next_scan")}
         await insert_host(conn, row["host_id"], row["next_scan"], **fields)
@@ -337,6 +344,7 @@ async def stack(
 # --- every endpoint x every role ----------------------------------------------------------
 
 GUEST, ANALYST, ADMIN = Role.GUEST, Role.SECURITY_ANALYST, Role.SECURITY_ADMIN
+J = "/api/scheduled-jobs"
 ENDPOINTS: list[tuple[str, str, dict[str, Any] | None, Role | None]] = [
     ("GET", f"{P}/config", None, GUEST),
     ("PUT", f"{P}/config", {"interval_critical": 60}, ADMIN),
@@ -351,6 +359,20 @@ ENDPOINTS: list[tuple[str, str, dict[str, Any] | None, Role | None]] = [
     ("POST", f"{P}/hosts/h-003/force-scan", None, ANALYST),
     ("GET", f"{P}/commands/cmd-h1-1", None, GUEST),
     ("GET", f"{P}/dead-letters", None, ADMIN),
+    ("GET", J, None, GUEST),
+    ("POST", J, {"name": "weekly", "scanner": "nmap",
+                 "recurrence": {"kind": "cron", "expression": "0 3 * * 1"}}, ADMIN),
+    ("GET", f"{J}/nightly", None, GUEST),
+    ("PATCH", f"{J}/nightly", {"priority": 4}, ADMIN),
+    ("DELETE", f"{J}/nightly", None, ADMIN),
+    ("POST", f"{J}/nightly/enable", None, ADMIN),
+    ("POST", f"{J}/nightly/disable", None, ADMIN),
+    ("POST", f"{J}/nightly/pause", {"note": "freeze"}, ADMIN),
+    ("POST", f"{J}/nightly/resume", None, ADMIN),
+    ("POST", f"{J}/nightly/trigger", None, ADMIN),
+    ("POST", f"{J}/nightly/backfill",
+     {"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"}, ADMIN),
+    ("GET", f"{J}/nightly/history", None, GUEST),
     ("GET", "/healthz", None, None),
     ("GET", "/readyz", None, None),
     ("GET", "/metrics", None, None),
@@ -369,7 +391,8 @@ def expected_status(caller: Role | str | None, needed: Role | None) -> str:
 def _template(path: str) -> str:
     bare = path.split("?")[0]
     for concrete, template in (("h-001", "{host_id}"), ("h-002", "{host_id}"),
-                               ("h-003", "{host_id}"), ("cmd-h1-1", "{command_id}")):  # fmt: skip
+                               ("h-003", "{host_id}"), ("cmd-h1-1", "{command_id}"),
+                               ("/nightly", "/{name}")):  # fmt: skip
         bare = bare.replace(concrete, template)
     return bare
 
@@ -769,13 +792,13 @@ async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> N
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
-            if path.startswith(P):
+            if path.startswith((P, J)):
                 assert operation["security"] == [{"HTTPBearer": []}], (method, path)
                 assert {"401", "403", "503"} <= set(operation["responses"]), (method, path)
             else:
                 assert "security" not in operation
             for status, answer in operation["responses"].items():
-                if status.startswith(("4", "5")) and path.startswith(P):
+                if status.startswith(("4", "5")) and path.startswith((P, J)):
                     assert answer["content"]["application/json"]["schema"]["$ref"].endswith(
                         "/ErrorPublic"
                     ), (method, path, status)

@@ -64,13 +64,22 @@ async def api_app(
 @settings(
     max_examples=50,
     deadline=None,
+    derandomize=True,  # The same cases on every run: CI must not depend on the draw.
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 def test_api_answers_as_documented(case: Any, api_app: DeferredApp) -> None:
     # A cursor is opaque: the schema can say what characters it has, not which strings this
     # API gave out, so a schema-valid made-up cursor is rightly refused with 422.
     made_up_cursor = "cursor" in (case.query or {})
+    # A schedule body is documented as a JSON object and validated by the recurrence rules
+    # (cron, RRULE, filters), which a JSON Schema cannot express: `{}` is rightly a 422.
+    free_form_schedule = case.path.startswith("/api/scheduled-jobs") and case.method in (
+        "POST",
+        "PATCH",
+    )
     case.call_and_validate(
         headers=bearer(TOKENS[Role.SUPER_ADMIN]),
-        excluded_checks=[positive_data_acceptance] if made_up_cursor else None,
+        excluded_checks=[positive_data_acceptance]
+        if made_up_cursor or free_form_schedule
+        else None,
     )
