@@ -81,8 +81,8 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
         await _apply_hosts(conn, hosts)
         for change in hosts:
             summary.saw("host_state", change.changed_at)
-        await _apply_results(conn, [c for c in changes if isinstance(c, ScanCompleted)], summary)
         await _apply_commands(conn, [c for c in changes if isinstance(c, ScanCommand)], summary)
+        await _apply_results(conn, [c for c in changes if isinstance(c, ScanCompleted)], summary)
         await _apply_timeouts(conn, [c for c in changes if isinstance(c, CommandTimedOut)], summary)
         await _apply_dead_letters(conn, [c for c in changes if isinstance(c, DeadLetter)], summary)
         configs = [c for c in changes if isinstance(c, ConfigPublished)]
@@ -255,6 +255,14 @@ async def _apply_commands(
                 )  # fmt: skip
                 for c in commands
             ],
+        )
+        # Results and commands travel on different topics: a result may be projected first.
+        await cursor.execute(
+            "UPDATE scan_commands c SET outcome = CASE r.status WHEN 'succeeded'"
+            " THEN 'completed' ELSE 'failed' END, outcome_at = r.completed_at"
+            " FROM scan_results r WHERE r.command_id = c.command_id"
+            " AND c.command_id = ANY(%s) AND c.outcome IS NULL",
+            ([c.command_id for c in commands],),
         )
     for command in commands:
         summary.saw("scan_command", command.issued_at)
