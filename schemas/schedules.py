@@ -684,7 +684,7 @@ ScheduleEventType: TypeAlias = (
     | ScheduleBackfillRequested
 )
 ScheduleEvent: TypeAlias = Annotated[ScheduleEventType, Field(discriminator="type")]
-"""Every `schedule.*` event; the lead adds these members to `schemas.events.ScheduleChange`."""
+"""Every `schedule.*` event; all are members of `schemas.events.ScheduleChange`."""
 
 # --- runs -----------------------------------------------------------------------------
 

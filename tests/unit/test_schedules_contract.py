@@ -1,6 +1,6 @@
 """The worker's side of the contract, walked end to end with the pure functions only.
 
-This is what the schedule agent does with each input; the lead's Faust agent should read
+This is what the schedule agent does with each input; the Faust agent reads
 like it: decode -> read table -> call policy -> write table -> send.
 """
 
