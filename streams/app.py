@@ -9,9 +9,10 @@ Nothing here is built at import time: `create_worker(settings)` wires everything
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import faust
@@ -37,7 +38,6 @@ from schemas.internal import (
     HostDue,
     HostReplanRequested,
     InitializePublished,
-    ReleaseOutcome,
     SlotReleased,
 )
 from schemas.state import HostSchedule, HostStateChanged
@@ -344,9 +344,6 @@ class KairosWorker:
 
     def _rebuild_dispatch_queue(self) -> Any:
         async def rebuild() -> None:
-            import json
-            from datetime import datetime
-
             queue = DispatchQueue()
             for _, stored in list(self.dispatcher_table.items()):
                 entry = json.loads(stored)
@@ -491,4 +488,4 @@ def create_worker(settings: Settings, clock: Clock | None = None) -> KairosWorke
     return KairosWorker(settings, clock)
 
 
-__all__ = ["KairosWorker", "ReleaseOutcome", "create_worker"]
+__all__ = ["KairosWorker", "create_worker"]
