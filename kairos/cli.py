@@ -366,8 +366,8 @@ def schedules_create(
 
     from pydantic import ValidationError
 
+    from kairos.recurrence import schedule_problem
     from schemas.schedules import Schedule
-    from streams.policy.recurrence import schedule_problem
 
     try:
         definition = json.loads(file.read_text(encoding="utf-8"))

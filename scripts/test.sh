@@ -6,4 +6,5 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 "$VENV/bin/ruff" check schemas streams api kairos tests
 "$VENV/bin/mypy" --no-error-summary
+"$VENV/bin/lint-imports" --no-cache
 "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"

@@ -4,11 +4,10 @@ Reads come from the read model (`schedules`, `schedule_runs`); every change is p
 a `schedule.*` event keyed by the schedule id, answered 202 + event id. The schedule's name
 is its id, so names are unique by construction (and by a unique index in the projection).
 
-Recurrences are checked for meaning here with `streams.policy.recurrence.schedule_problem`
+Recurrences are checked for meaning here with `kairos.recurrence.schedule_problem`
 (croniter and dateutil; `schemas` may only use pydantic and the standard library, so the
-check cannot live there). That module is pure and imports nothing of the worker; it is the
-one place the API imports from `streams`, so the API and the worker refuse the same
-schedules with the same words.
+check cannot live there). That module is calendar arithmetic shared by the API and the
+worker, outside both rooms, so they refuse the same schedules with the same words.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from api import queries
 from api.deps import AdminDep, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, Forbidden, InvalidInput, error_response
 from api.writes import accepted, stamp, write_answers
+from kairos.recurrence import next_occurrences, schedule_problem
 from schemas.api import ErrorPublic, FieldErrorPublic, Role
 from schemas.schedules import (
     Schedule,
@@ -36,7 +36,6 @@ from schemas.schedules import (
     ScheduleTriggered,
     ScheduleUpserted,
 )
-from streams.policy.recurrence import next_occurrences, schedule_problem
 
 PREFIX = "/api/scheduled-jobs"
 router = APIRouter(prefix=PREFIX, tags=["scheduled-jobs"])

@@ -18,6 +18,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kairos.recurrence import (
+    candidates,
+    max_fire_delay,
+    occurrences_between,
+    schedule_problem,
+)
 from schemas.events import ERROR_MAX_CHARS, ObjectEvent
 from schemas.internal import ReleaseOutcome
 from schemas.schedules import (
@@ -44,12 +50,6 @@ from schemas.schedules import (
     ScheduleUpserted,
 )
 from streams.policy.ids import message_id
-from streams.policy.recurrence import (
-    candidates,
-    max_fire_delay,
-    occurrences_between,
-    schedule_problem,
-)
 
 MISFIRE_TOLERANCE = timedelta(seconds=60)
 """An occurrence started within this of its fire time is on time; later, it was missed."""

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.schedules import DstPolicy, ExclusionAction, Schedule
-from streams.policy.recurrence import (
+from kairos.recurrence import (
     cron_problem,
     exclusion_window_end,
     jitter_offset,
@@ -20,6 +19,7 @@ from streams.policy.recurrence import (
     schedule_problem,
     timezone_problem,
 )
+from schemas.schedules import DstPolicy, ExclusionAction, Schedule
 from tests.unit.test_schedules_factories import HOUR, T0, cron, every, rrule_, schedule
 
 AMS = "Europe/Amsterdam"

@@ -1,6 +1,9 @@
 """When a schedule's occurrences fall: cron, interval and RRULE in the schedule's timezone.
 
 Every function takes the instant to start from; none reads a clock. Results are UTC.
+Calendar arithmetic only, no scheduling decisions: the worker's policy
+(`streams.policy.schedules`) and the API's validation and "next fire times" both use it,
+which is why it lives beside the clock and not inside either room.
 
 How it works: cron and RRULE are evaluated on naive *wall-clock* times of the schedule's
 timezone (croniter and dateutil do no DST arithmetic on naive values), and each wall time is
