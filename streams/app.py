@@ -44,6 +44,7 @@ from schemas.state import HostSchedule, HostStateChanged
 from streams import codec
 from streams.codec import Undecodable
 from streams.due_index import DueIndex
+from streams.partition_index import HostsByPartition
 from streams.policy.config import apply_config_change
 from streams.policy.dispatch import DispatchQueue
 from streams.policy.host import Decision, decide, wake_at
@@ -67,6 +68,7 @@ class KairosWorker:
         self._last_published_config: SchedulerConfig | None = None
         self.config_ready = asyncio.Event()
         self.due_index = DueIndex()
+        self.hosts_by_partition = HostsByPartition(settings.partitions)
         self.dispatch_queue = DispatchQueue()
         self.counters: Counter[str] = Counter()
         self._dispatcher_woken_pending = False
@@ -213,8 +215,10 @@ class KairosWorker:
         if decision.changed:
             if after is None:
                 self.hosts.pop(host_id, None)
+                self.hosts_by_partition.discard(host_id)
             else:
                 self.hosts[host_id] = after.model_dump_json(exclude_none=True).encode()
+                self.hosts_by_partition.add(host_id)
             if after is None or before is None or after.version != before.version:
                 change = HostStateChanged(
                     host_id=host_id,
@@ -258,6 +262,7 @@ class KairosWorker:
     def _rebuild_due_index(self) -> Any:
         async def rebuild() -> None:
             self.due_index.clear()
+            self.hosts_by_partition.rebuild(self.hosts.keys())
             for host_id, stored in list(self.hosts.items()):
                 schedule = HostSchedule.model_validate_json(stored)
                 self.due_index.set(host_id, wake_at(schedule, self.config))

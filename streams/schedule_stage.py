@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import murmur2
 from pydantic import Field, TypeAdapter
 
 from schemas.base import Contract, Timestamp
@@ -37,6 +36,7 @@ from schemas.state import HostSchedule
 from streams import codec
 from streams.codec import Undecodable
 from streams.due_index import DueIndex
+from streams.partition_index import partition_of
 from streams.policy.schedules import (
     ScheduleDecision,
     decide_schedule,
@@ -156,9 +156,13 @@ def is_schedule_message(raw: bytes | None) -> bool:
     return isinstance(tag, str) and tag.startswith("schedule.")
 
 
-def partition_of(key: str, partitions: int) -> int:
-    """The partition the producers' default partitioner picks for `key` (murmur2, as Java)."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+def _named_targets(schedule: Schedule, run: RunPlan) -> Iterable[str] | None:
+    """The object ids a run is limited to (trigger, retry, static ids); None: every host."""
+    if run.object_id is not None:
+        return (run.object_id,)
+    if run.host_ids is not None:
+        return run.host_ids
+    return schedule.targets.object_ids
 
 
 def _run_key(run: RunPlan) -> str:
@@ -347,13 +351,7 @@ class ScheduleStage:
     ) -> tuple[ScheduleState, bool]:
         """Fan the run out to the partitions that may hold its targets."""
         schedule = state.schedule
-        wanted: Iterable[str] | None = None
-        if run.object_id is not None:
-            wanted = (run.object_id,)
-        elif run.host_ids is not None:
-            wanted = run.host_ids
-        elif schedule.targets.object_ids is not None:
-            wanted = schedule.targets.object_ids
+        wanted = _named_targets(schedule, run)
         partitions = (
             sorted({partition_of(object_id, self.partitions) for object_id in wanted})
             if wanted is not None
@@ -476,11 +474,7 @@ class ScheduleStage:
     async def _fan_out_here(self, fan_out: ScheduleFanOut, partition: int, now: datetime) -> None:
         worker = self.worker
         schedule, run = fan_out.schedule, fan_out.run
-        hosts: list[HostSchedule] = [
-            HostSchedule.model_validate_json(stored)
-            for host_id, stored in list(worker.hosts.items())
-            if partition_of(host_id, self.partitions) == partition
-        ]
+        hosts = self._hosts_for(schedule, run, partition)
         last_scans: dict[str, datetime] = {}
         for host in hosts:
             if schedule.scanner == ADAPTIVE_SCANNER and host.last_scan_completed:
@@ -518,6 +512,22 @@ class ScheduleStage:
             skipped=skipped,
         )
         await self._signal(schedule.id, done)
+
+    def _hosts_for(self, schedule: Schedule, run: RunPlan, partition: int) -> list[HostSchedule]:
+        """The hosts of `partition` the run may target: named ones looked up, else all."""
+        worker = self.worker
+        named = _named_targets(schedule, run)
+        candidates = (
+            (host_id for host_id in named if partition_of(host_id, self.partitions) == partition)
+            if named is not None
+            else worker.hosts_by_partition.members(partition)
+        )
+        hosts = []
+        for host_id in candidates:
+            stored = worker.hosts.get(host_id)
+            if stored is not None:
+                hosts.append(HostSchedule.model_validate_json(stored))
+        return hosts
 
     def _pop_command(self, command_id: str, host_id: str) -> dict[str, Any] | None:
         stored = self.commands.get(command_id)
@@ -605,5 +615,4 @@ __all__ = [
     "ScheduleStage",
     "decode_schedule_record",
     "is_schedule_message",
-    "partition_of",
 ]

@@ -1,0 +1,40 @@
+"""Which hosts each partition holds, so a schedule's fan-out reads one partition, not the table.
+
+Faust's memory store keeps every partition's rows in one dict; without this index each
+partition's part of a run would walk (and hash) every host the worker holds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from aiokafka.partitioner import murmur2
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition the producers' default partitioner picks for `key` (murmur2, as Java)."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+class HostsByPartition:
+    """Host ids by partition, kept beside the `hosts` table and rebuilt with it on recovery."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._members: defaultdict[int, set[str]] = defaultdict(set)
+
+    def add(self, host_id: str) -> None:
+        self._members[partition_of(host_id, self.partitions)].add(host_id)
+
+    def discard(self, host_id: str) -> None:
+        self._members[partition_of(host_id, self.partitions)].discard(host_id)
+
+    def members(self, partition: int) -> Iterable[str]:
+        """A snapshot: callers may await while reading it."""
+        return tuple(self._members.get(partition, ()))
+
+    def rebuild(self, host_ids: Iterable[str]) -> None:
+        self._members.clear()
+        for host_id in host_ids:
+            self.add(host_id)
