@@ -184,7 +184,7 @@ async def test_failed_schedule_command_is_recorded_and_retried_for_that_host(
     assert "simulated failure" in (failed()[0]["error"] or "")
 
 
-async def test_three_workers_send_one_command_per_occurrence_and_host(
+async def test_three_workers_and_a_kill_send_one_command_per_occurrence_and_host(
     make_settings, broker_kind: str, workers
 ) -> None:
     if broker_kind == "tansu":
@@ -192,8 +192,7 @@ async def test_three_workers_send_one_command_per_occurrence_and_host(
     settings = make_settings(
         partitions=12, clock_speed=HOUR_PER_SECOND / 2, clock_origin=datetime.now(UTC)
     )
-    for _ in range(3):
-        workers(settings)
+    started = [workers(settings) for _ in range(3)]
     names = settings.topics
     hosts = [f"node-{number:03d}" for number in range(40)]
     producer = await start_producer(settings)
@@ -203,14 +202,21 @@ async def test_three_workers_send_one_command_per_occurrence_and_host(
         await asyncio.sleep(1.0)
         await publish(producer, names.schedule_changes, "sweep", upsert("sweep"))
 
-        def occurrences_covering_all() -> int:
+        def full_sweeps(after: str = "") -> int:
             seen: dict[str, set[str]] = defaultdict(set)
             for command in by_schedule(fleet, "sweep"):
-                seen[command["due_at"]].add(command["host_id"])
+                if command["due_at"] > after:
+                    seen[command["due_at"]].add(command["host_id"])
             return sum(1 for covered in seen.values() if covered == set(hosts))
 
+        await wait_until(lambda: full_sweeps() >= 1, timeout=50, what="a first full sweep")
+        started[0].kill()  # kill -9 of the whole process group, mid-schedule.
+        last_before_kill = max(c["due_at"] for c in by_schedule(fleet, "sweep"))
+        workers(settings)
         await wait_until(
-            lambda: occurrences_covering_all() >= 2, timeout=50, what="two full sweeps"
+            lambda: full_sweeps(after=last_before_kill) >= 2,
+            timeout=90,
+            what="two full sweeps after a worker was killed",
         )
     await producer.stop()
     ids: dict[tuple[str, str], set[str]] = defaultdict(set)
