@@ -68,7 +68,8 @@ def create_app(
         await publisher.start()
         app.state.runtime = Runtime(
             settings=settings,
-            clock=clock or clock_for_speed(settings.clock_speed, settings.clock_origin),
+            clock=clock
+            or clock_for_speed(settings.clock_speed, settings.clock_origin, settings.clock_start),
             pool=pool,
             publisher=publisher,
             timeout=timeout,

@@ -34,23 +34,32 @@ class ScaledClock:
     """Scheduler time running `speed` times faster than wall time since `origin`.
 
     For demos and simulations: a 48-hour fleet run takes minutes at speed 600. Workers given
-    the same origin agree on the time, because it derives from the wall clock alone.
+    the same origin agree on the time, because it derives from the wall clock alone. At
+    the wall instant `origin` the clock shows `start` (default: `origin`), so a simulation
+    can begin on a chosen day, such as the eve of a DST change.
     """
 
-    def __init__(self, speed: float, origin: datetime | None = None) -> None:
+    def __init__(
+        self, speed: float, origin: datetime | None = None, start: datetime | None = None
+    ) -> None:
         if speed <= 0:
             raise ValueError("clock speed must be positive")
         self.speed = speed
         self.origin = origin or datetime.now(UTC)
+        self.start = start or self.origin
 
     def now(self) -> datetime:
         elapsed = datetime.now(UTC) - self.origin
-        return self.origin + elapsed * self.speed
+        return self.start + elapsed * self.speed
 
     def wall_seconds(self, scheduler_seconds: float) -> float:
         """How long to sleep in wall time for `scheduler_seconds` of scheduler time."""
         return scheduler_seconds / self.speed
 
 
-def clock_for_speed(speed: float, origin: datetime | None = None) -> Clock:
-    return SystemClock() if speed == 1 else ScaledClock(speed, origin)
+def clock_for_speed(
+    speed: float, origin: datetime | None = None, start: datetime | None = None
+) -> Clock:
+    if speed == 1 and start is None:
+        return SystemClock()
+    return ScaledClock(speed, origin, start)

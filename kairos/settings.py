@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import ssl
-from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, AwareDatetime, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import TopicNames
@@ -73,9 +72,13 @@ class Settings(BaseSettings):
     clock_speed: float = Field(
         default=1.0, gt=0, description="Scheduler time speed-up, for demos and simulations."
     )
-    clock_origin: datetime | None = Field(
+    clock_origin: AwareDatetime | None = Field(
         default=None,
         description="Wall instant a sped-up clock counts from; give workers the same one.",
+    )
+    clock_start: AwareDatetime | None = Field(
+        default=None,
+        description="Scheduler time shown at clock_origin (default: clock_origin itself).",
     )
     tick_seconds: float = Field(
         default=0.1, gt=0, le=5, description="How often the due index is asked what is due."

@@ -62,7 +62,9 @@ class KairosWorker:
 
     def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
         self.settings = settings
-        self.clock = clock or clock_for_speed(settings.clock_speed, settings.clock_origin)
+        self.clock = clock or clock_for_speed(
+            settings.clock_speed, settings.clock_origin, settings.clock_start
+        )
         self.names = settings.topics
         self.config = SchedulerConfig()
         self._last_published_config: SchedulerConfig | None = None

@@ -6,9 +6,10 @@ Scheduler time runs 3600x faster than wall time, so an hourly cron fires about o
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -226,3 +227,56 @@ async def test_three_workers_and_a_kill_send_one_command_per_occurrence_and_host
     assert not split, f"several command ids for one (occurrence, host): {list(split.items())[:3]}"
     distinct = {command["command_id"] for command in by_schedule(fleet, "sweep")}
     assert len(distinct) == len(ids)
+
+
+async def test_interval_and_rrule_schedules_fire_at_their_instants(make_settings, workers) -> None:
+    # Three scheduler days per second, from a Tuesday; both schedules target one host.
+    settings = make_settings(
+        clock_speed=3 * 86_400.0,
+        clock_origin=datetime.now(UTC),
+        clock_start=datetime(2026, 1, 20, tzinfo=UTC),
+    )
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    targets = {"object_ids": ["rr-1"]}
+    async with ScannerFleet(settings) as fleet:
+        await publish(producer, names.object_created, "rr-1", host_created("rr-1"))
+        weekly = upsert(
+            "weekly",
+            recurrence={"kind": "interval", "days": 7},
+            start_at="2026-01-19T00:00:00Z",
+            targets=targets,
+        )
+        # RFC 5545: the last weekday of each month, 09:00 Amsterdam time.
+        last_weekday = upsert(
+            "last-weekday",
+            recurrence={"kind": "rrule", "rule": "FREQ=MONTHLY;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1"},
+            timezone="Europe/Amsterdam",
+            start_at="2026-01-01T09:00:00+01:00",
+            targets=targets,
+        )
+        await publish(producer, names.schedule_changes, "weekly", weekly)
+        await publish(producer, names.schedule_changes, "last-weekday", last_weekday)
+        await wait_until(
+            lambda: len({c["due_at"] for c in by_schedule(fleet, "last-weekday")}) >= 2,
+            timeout=40,
+            what="two monthly occurrences",
+        )
+    await producer.stop()
+    monthly = sorted(
+        {datetime.fromisoformat(c["due_at"]) for c in by_schedule(fleet, "last-weekday")}
+    )
+    # January 31st 2026 is a Saturday, February 28th too: the Fridays before, 09:00 CET.
+    assert monthly[:2] == [
+        datetime(2026, 1, 30, 8, tzinfo=UTC),
+        datetime(2026, 2, 27, 8, tzinfo=UTC),
+    ]
+    weeks = sorted({datetime.fromisoformat(c["due_at"]) for c in by_schedule(fleet, "weekly")})
+    assert len(weeks) >= 3
+    anchor = datetime(2026, 1, 19, tzinfo=UTC)
+    assert all((week - anchor) % timedelta(days=7) == timedelta(0) for week in weeks), weeks
+    assert all(later - earlier == timedelta(days=7) for earlier, later in itertools.pairwise(weeks))
+    assert len({c["command_id"] for c in fleet.commands}) == len(
+        {(c["schedule_id"], c["due_at"]) for c in fleet.commands}
+    )

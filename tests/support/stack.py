@@ -90,6 +90,11 @@ def settings_env(settings: Settings) -> dict[str, str]:
                 if settings.clock_origin
                 else {}
             ),
+            **(
+                {"KAIROS_CLOCK_START": settings.clock_start.isoformat()}
+                if settings.clock_start
+                else {}
+            ),
         }
     )
     return env
