@@ -17,6 +17,8 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from faust.exceptions import FaustError
 
 from kairos.clock import Clock, clock_for_speed
 from kairos.settings import KafkaSecurityProtocol, Settings
@@ -55,6 +57,8 @@ log = logging.getLogger(__name__)
 
 DISPATCH_KEY = b"dispatch"
 CONTROL_KEY = b"config"
+INFRASTRUCTURE_ERRORS = (KafkaError, ConnectionError, FaustError)
+"""Failures of the broker or the runtime, not of one message; never parked as poison."""
 
 
 class KairosWorker:
@@ -157,9 +161,13 @@ class KairosWorker:
         await self.config_ready.wait()
         async for event in stream.events():
             message = event.message
-            await self.handle_host_message(
-                message.topic, message.partition, message.offset, message.key, event.value
-            )
+            origin = (message.topic, message.partition, message.offset, message.key, event.value)
+            try:
+                await self.handle_host_message(*origin)
+            except INFRASTRUCTURE_ERRORS:
+                raise  # The broker, not this message: Faust's supervisor restarts the agent.
+            except Exception as error:
+                await self._poisoned(origin, error)
 
     async def handle_host_message(
         self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None
@@ -306,7 +314,13 @@ class KairosWorker:
                     str(error),
                 )
                 continue
-            await self.handle_dispatch_message(parsed)
+            try:
+                await self.handle_dispatch_message(parsed)
+            except INFRASTRUCTURE_ERRORS:
+                raise
+            except Exception as error:
+                origin = (message.topic, message.partition, message.offset, message.key)
+                await self._poisoned((*origin, event.value), error)
 
     async def handle_dispatch_message(self, parsed: Any) -> None:
         queue = self.dispatch_queue
@@ -468,6 +482,16 @@ class KairosWorker:
             await self.host_signals.send(key=host_id.encode(), value=codec.encode(signal))
 
     # --- errors -------------------------------------------------------------------------
+    async def _poisoned(self, origin: tuple[Any, ...], error: Exception) -> None:
+        """A well-formed message whose handling raised: park it, keep the stage running.
+
+        Left to Faust, the exception would crash the agent, and the same message would
+        crash it again after every restart.
+        """
+        self.counters["poisoned_messages"] += 1
+        log.error("message %s[%s]@%s could not be handled", *origin[:3], exc_info=error)
+        await self._dead_letter(*origin, f"handling failed: {type(error).__name__}: {error}")
+
     async def _dead_letter(
         self,
         topic: str,

@@ -280,3 +280,49 @@ async def test_interval_and_rrule_schedules_fire_at_their_instants(make_settings
     assert len({c["command_id"] for c in fleet.commands}) == len(
         {(c["schedule_id"], c["due_at"]) for c in fleet.commands}
     )
+
+
+async def test_a_schedule_whose_evaluation_fails_is_dead_lettered_and_others_keep_running(
+    make_settings, workers
+) -> None:
+    # Two days before the end of representable time: the 3-day interval's second occurrence
+    # does not exist, and computing it raises. The worker must park that, not crash on it.
+    settings = make_settings(
+        clock_speed=HOUR_PER_SECOND,
+        clock_origin=datetime.now(UTC),
+        clock_start=datetime(9999, 12, 29, tzinfo=UTC),
+    )
+    (worker,) = [workers(settings)]
+    names = settings.topics
+    producer = await start_producer(settings)
+    targets = {"object_ids": ["late-1"]}
+    async with (
+        Collector(settings, names.dead_letters) as letters,
+        ScannerFleet(settings) as fleet,
+    ):
+        await publish(producer, names.object_created, "late-1", host_created("late-1"))
+        end_of_time = upsert(
+            "end-of-time",
+            recurrence={"kind": "interval", "days": 3},
+            start_at="9999-12-29T00:00:30Z",
+            targets=targets,
+        )
+        await publish(producer, names.schedule_changes, "end-of-time", end_of_time)
+        await letters.wait_for(
+            lambda: bool(letters.values(names.dead_letters)),
+            timeout=20,
+            what="the failing schedule's message in dead-letters",
+        )
+        await publish(producer, names.schedule_changes, "hourly", upsert("hourly", targets=targets))
+        await wait_until(
+            lambda: len({c["due_at"] for c in by_schedule(fleet, "hourly")}) >= 2,
+            timeout=30,
+            what="two hourly runs after the failure",
+        )
+    await producer.stop()
+    (letter, *_) = letters.values(names.dead_letters)
+    # The upsert itself or the wake-up after it, depending on how far the clock has run.
+    assert letter["source_topic"] in (names.schedule_changes, names.host_signals)
+    assert letter["error"].startswith("handling failed: OverflowError"), letter["error"]
+    assert worker.process.poll() is None, "the worker died"
+    assert "Crashed" not in worker.log()
