@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import uuid
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,10 +14,11 @@ from typing import Any
 import pytest
 
 from kairos.settings import Settings
-from schemas.schedules import Schedule, ScheduleUpserted
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
+from tests.support.factories import schedule_upserted as upsert
 from tests.support.kafka import Collector, publish, start_producer, wait_until
+from tests.support.schedules import by_schedule
 
 pytestmark = pytest.mark.integration
 
@@ -28,27 +28,6 @@ HOUR_PER_SECOND = 3600.0
 @pytest.fixture
 def fast_settings(make_settings) -> Settings:
     return make_settings(clock_speed=HOUR_PER_SECOND, clock_origin=datetime.now(UTC))
-
-
-def upsert(schedule_id: str, **fields: Any) -> ScheduleUpserted:
-    values: dict[str, Any] = {
-        "id": schedule_id,
-        "name": schedule_id,
-        "scanner": "nmap",
-        "recurrence": {"kind": "cron", "expression": "0 * * * *"},
-    }
-    schedule = Schedule.model_validate(values | fields)
-    return ScheduleUpserted(
-        event_id=uuid.uuid4(),
-        occurred_at=datetime.now(UTC),
-        actor="tests",
-        schedule_id=schedule_id,
-        schedule=schedule,
-    )
-
-
-def by_schedule(fleet: ScannerFleet, schedule_id: str) -> list[dict[str, Any]]:
-    return [c for c in fleet.commands if c.get("schedule_id") == schedule_id]
 
 
 async def test_cron_schedule_fires_on_every_matching_host_once_per_occurrence(

@@ -18,6 +18,14 @@ from schemas.events import (
     ScanStatus,
     SchedulerToggled,
 )
+from schemas.schedules import (
+    Schedule,
+    ScheduleBackfillRequested,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleTriggered,
+    ScheduleUpserted,
+)
 
 
 def now() -> datetime:
@@ -83,3 +91,46 @@ def maintenance_set(host_id: str, *, enabled: bool, hours: int | None = None) ->
 
 def scan_requested(host_id: str) -> HostScanRequested:
     return HostScanRequested(**_change_fields(), host_id=host_id)
+
+
+def host_updated(host_id: str, **attributes: Any) -> ObjectEvent:
+    return ObjectEvent(
+        event_id=uuid.uuid4(),
+        object_type="host",
+        object_id=host_id,
+        operation=Operation.UPDATED,
+        occurred_at=now(),
+        attributes=ObjectAttributes(hostname=f"{host_id}.example.test", **attributes),
+    )
+
+
+def schedule_upserted(schedule_id: str, **fields: Any) -> ScheduleUpserted:
+    """An upsert of a schedule running `nmap` hourly on every host, with `fields` changed."""
+    values: dict[str, Any] = {
+        "id": schedule_id,
+        "name": schedule_id,
+        "scanner": "nmap",
+        "recurrence": {"kind": "cron", "expression": "0 * * * *"},
+    }
+    schedule = Schedule.model_validate(values | fields)
+    return ScheduleUpserted(**_change_fields(), schedule_id=schedule_id, schedule=schedule)
+
+
+def schedule_paused(schedule_id: str) -> SchedulePaused:
+    return SchedulePaused(**_change_fields(), schedule_id=schedule_id)
+
+
+def schedule_resumed(schedule_id: str) -> ScheduleResumed:
+    return ScheduleResumed(**_change_fields(), schedule_id=schedule_id)
+
+
+def schedule_triggered(schedule_id: str) -> ScheduleTriggered:
+    return ScheduleTriggered(**_change_fields(), schedule_id=schedule_id)
+
+
+def backfill_requested(
+    schedule_id: str, start: datetime, end: datetime
+) -> ScheduleBackfillRequested:
+    return ScheduleBackfillRequested(
+        **_change_fields(), schedule_id=schedule_id, start=start, end=end
+    )

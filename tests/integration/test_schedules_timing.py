@@ -1,0 +1,167 @@
+"""Generic schedules on the real broker, where timing is the point: DST days, catch-up after
+an outage, overlap, grace periods, update/delete triggers, retries and self-disable, backfill
+and pause/resume.
+
+Workers run a ScaledClock; the test rebuilds the same clock to know what instant it is, and
+every expectation is an instant: a command's due_at, a run's occurrence, a state's fields.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from kairos.clock import ScaledClock
+from kairos.settings import Settings
+from streams.policy.targets import occurrence_command_id
+from tests.support.kafka import wait_until
+from tests.support.schedules import (
+    ScheduleHarness,
+    due_at,
+    schedule_harness,
+    sleep_until,
+)
+
+pytestmark = pytest.mark.integration
+
+HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
+LONGEST_SCAN_TIMEOUT = 3600
+"""Scan deadlines run on scheduler time: at an hour a second the default ten minutes would
+time commands out before an agent can answer."""
+
+
+def utc(*parts: int) -> datetime:
+    return datetime(*parts, tzinfo=UTC)
+
+
+def startup_allowance(broker_kind: str) -> float:
+    """Wall seconds a fresh worker may take to start consuming (tansu admits a new consumer
+    group slowly): a clock set to reach an instant after this has not reached it before the
+    worker can see it coming."""
+    return 16.0 if broker_kind == "tansu" else 8.0
+
+
+def scaled_settings(
+    make_settings, speed: float, *, at: datetime | None = None, after_seconds: float = 0.0
+) -> tuple[Settings, ScaledClock]:
+    """Settings whose workers' clock runs at `speed` and reads `at` (default: now) after
+    `after_seconds`, and the same clock for the test."""
+    origin = datetime.now(UTC) + timedelta(seconds=after_seconds)
+    start = at or origin
+    settings = make_settings(clock_speed=speed, clock_origin=origin, clock_start=start)
+    return settings, ScaledClock(speed, origin, start)
+
+
+# --- DST days -------------------------------------------------------------------------------
+
+AMSTERDAM = "Europe/Amsterdam"
+DAILY_AT_TWO = {"kind": "cron", "expression": "0 2 * * *"}
+HOUR_PER_SECOND = 3600.0
+
+
+async def start_dst_day(
+    make_settings, workers, broker_kind: str, day_start: datetime
+) -> tuple[Settings, ScaledClock]:
+    """A worker whose clock reaches the hour before local midnight `day_start` once it has
+    had time to start."""
+    settings, clock = scaled_settings(
+        make_settings,
+        HOUR_PER_SECOND,
+        at=day_start - HOUR,
+        after_seconds=startup_allowance(broker_kind),
+    )
+    workers(settings)
+    return settings, clock
+
+
+async def add_daily_schedules(bench: ScheduleHarness, policies: dict[str, dict]) -> None:
+    """One daily 02:00 Amsterdam schedule per entry, each with its own host."""
+    await bench.configure(scan_timeout_seconds=LONGEST_SCAN_TIMEOUT)
+    for schedule_id, fields in policies.items():
+        await bench.add_hosts(f"{schedule_id}-host")
+        await bench.upsert(
+            schedule_id,
+            recurrence=DAILY_AT_TWO,
+            timezone=AMSTERDAM,
+            targets={"object_ids": [f"{schedule_id}-host"]},
+            **fields,
+        )
+    await bench.wait_for_schedules(*policies)
+
+
+def assert_created_before(bench: ScheduleHarness, day_start: datetime, *ids: str) -> None:
+    for schedule_id in ids:
+        state = bench.log.state(schedule_id)
+        assert state is not None and state.created_at < day_start, (
+            f"{schedule_id} was created at {state and state.created_at}, after the DST day "
+            "began: the worker took longer than the startup allowance"
+        )
+
+
+async def test_daily_two_oclock_runs_once_at_three_on_the_spring_forward_day(
+    make_settings, workers, broker_kind: str
+) -> None:
+    # 2026-03-29 in Amsterdam: 02:00 CET jumps to 03:00 CEST, so 02:00 never happens.
+    day_start, shifted_run, next_day_run = (
+        utc(2026, 3, 28, 23),  # 00:00 CET
+        utc(2026, 3, 29, 1),  # 03:00 CEST, the first instant after the gap
+        utc(2026, 3, 30, 0),  # 02:00 CEST
+    )
+    settings, clock = await start_dst_day(make_settings, workers, broker_kind, day_start)
+    async with schedule_harness(settings) as bench:
+        await add_daily_schedules(bench, {"shifted": {}, "skipping": {"dst_policy": "skip"}})
+        assert_created_before(bench, day_start, "shifted", "skipping")
+        await wait_until(
+            lambda: bench.commands("shifted"), timeout=30, what="the spring-forward day's run"
+        )
+        await sleep_until(clock, shifted_run + 2 * HOUR)  # Room for a stray second run.
+
+    commands = bench.commands("shifted")
+    assert [due_at(c) for c in commands] == [shifted_run]
+    assert [c["command_id"] for c in commands] == [
+        occurrence_command_id("shifted", shifted_run, "shifted-host")
+    ]
+    assert bench.log.occurrences("shifted") == [shifted_run]
+    shifted = bench.log.state("shifted")
+    assert shifted is not None and shifted.next_fire_at == next_day_run
+    # Under "skip" the day has no run at all: the next one is the next day's.
+    assert bench.commands("skipping") == [] and bench.log.occurrences("skipping") == []
+    skipping = bench.log.state("skipping")
+    assert skipping is not None and skipping.next_fire_at == next_day_run
+
+
+async def test_daily_two_oclock_runs_once_at_the_first_two_on_the_fall_back_day(
+    make_settings, workers, broker_kind: str
+) -> None:
+    # 2026-10-25 in Amsterdam: 03:00 CEST falls back to 02:00 CET, so 02:00 happens twice.
+    day_start, first_two, second_two, next_day_run = (
+        utc(2026, 10, 24, 22),  # 00:00 CEST
+        utc(2026, 10, 25, 0),  # 02:00 CEST
+        utc(2026, 10, 25, 1),  # 02:00 CET
+        utc(2026, 10, 26, 1),  # 02:00 CET
+    )
+    settings, clock = await start_dst_day(make_settings, workers, broker_kind, day_start)
+    async with schedule_harness(settings) as bench:
+        policies = {"once": {}, "twice": {"dst_policy": "run_both", "overlap": "allow"}}
+        await add_daily_schedules(bench, policies)
+        assert_created_before(bench, day_start, "once", "twice")
+        await wait_until(
+            lambda: len(bench.log.occurrences("twice")) == 2,
+            timeout=30,
+            what="both runs of the repeated 02:00",
+        )
+        await sleep_until(clock, second_two + 2 * HOUR)  # Room for a stray second run.
+
+    commands = bench.commands("once")
+    assert [due_at(c) for c in commands] == [first_two]
+    assert [c["command_id"] for c in commands] == [
+        occurrence_command_id("once", first_two, "once-host")
+    ]
+    assert bench.log.occurrences("once") == [first_two]
+    assert bench.log.occurrences("twice") == [first_two, second_two]
+    assert {due_at(c) for c in bench.commands("twice")} <= {first_two, second_two}
+    for schedule_id in ("once", "twice"):
+        state = bench.log.state(schedule_id)
+        assert state is not None and state.next_fire_at == next_day_run
