@@ -193,11 +193,18 @@ async def test_three_workers_and_a_kill_send_one_command_per_occurrence_and_host
         started[0].kill()  # kill -9 of the whole process group, mid-schedule.
         last_before_kill = max(c["due_at"] for c in by_schedule(fleet, "sweep"))
         workers(settings)
-        await wait_until(
-            lambda: full_sweeps(after=last_before_kill) >= 2,
-            timeout=90,
-            what="two full sweeps after a worker was killed",
-        )
+        try:
+            await wait_until(
+                lambda: full_sweeps(after=last_before_kill) >= 2,
+                timeout=120,
+                what="two full sweeps after a worker was killed",
+            )
+        except AssertionError as timed_out:
+            covered: dict[str, set[str]] = defaultdict(set)
+            for command in by_schedule(fleet, "sweep"):
+                covered[command["due_at"]].add(command["host_id"])
+            seen = {due: len(found) for due, found in sorted(covered.items())}
+            raise AssertionError(f"{timed_out}; hosts per occurrence: {seen}") from None
     await producer.stop()
     ids: dict[tuple[str, str], set[str]] = defaultdict(set)
     for command in by_schedule(fleet, "sweep"):
