@@ -8,25 +8,31 @@ every expectation is an instant: a command's due_at, a run's occurrence, a state
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from kairos.clock import ScaledClock
 from kairos.settings import Settings
+from streams.policy.schedules import MISFIRE_TOLERANCE
 from streams.policy.targets import occurrence_command_id
 from tests.support.kafka import wait_until
 from tests.support.schedules import (
     ScheduleHarness,
     due_at,
+    grid_before,
+    grid_between,
     schedule_harness,
     sleep_until,
+    suspended,
 )
 
 pytestmark = pytest.mark.integration
 
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
 LONGEST_SCAN_TIMEOUT = 3600
 """Scan deadlines run on scheduler time: at an hour a second the default ten minutes would
 time commands out before an agent can answer."""
@@ -165,3 +171,147 @@ async def test_daily_two_oclock_runs_once_at_the_first_two_on_the_fall_back_day(
     for schedule_id in ("once", "twice"):
         state = bench.log.state(schedule_id)
         assert state is not None and state.next_fire_at == next_day_run
+
+
+# --- catch-up after an outage ---------------------------------------------------------------
+
+MINUTE_PER_SECOND = 60.0
+EVERY_TWO_MINUTES = {"kind": "cron", "expression": "*/2 * * * *"}
+TWO_MINUTES = 2 * MINUTE
+ALL_WINDOW = timedelta(seconds=250)
+"""Two or three of the missed occurrences, never all of an outage of four or more."""
+CATCH_UP = {
+    "catch-skip": {"catchup": "skip"},
+    "catch-once": {"catchup": "once"},
+    "catch-all": {"catchup": "all", "catchup_window_seconds": ALL_WINDOW.seconds},
+}
+TANSU_REJOIN = "multi-worker rebalancing is proved on Apache Kafka; tansu stalls rejoins"
+
+
+def caught_up(schedule_id: str, missed: list[datetime], now: datetime) -> list[datetime]:
+    """The occurrences a catch-up policy runs when `missed` all come due at `now`, as
+    `CatchupPolicy` words it: skip runs only one still on time, once the latest, all every
+    one within the window."""
+    policy = CATCH_UP[schedule_id]["catchup"]
+    if policy == "skip":
+        return [o for o in missed if now - o <= MISFIRE_TOLERANCE][-1:]
+    window = ALL_WINDOW if policy == "all" else timedelta(days=1)
+    in_window = [o for o in missed if now - o <= window]
+    return in_window if policy == "all" else in_window[-1:]
+
+
+def first_decision_after(
+    bench: ScheduleHarness, schedule_id: str, instant: datetime
+) -> tuple[datetime, datetime] | None:
+    """(cursor before `instant`, the instant of the first decision after it that moved the
+    cursor): when the missed occurrences came due together."""
+    states = [change.state for change in bench.log.states(schedule_id) if change.state]
+    before = [state for state in states if state.updated_at < instant]
+    if not before:
+        return None
+    cursor = before[-1].cursor
+    decided = [s for s in states if s.updated_at >= instant and s.cursor > cursor]
+    return (cursor, decided[0].updated_at) if decided else None
+
+
+async def quiet_after_an_occurrence(
+    bench: ScheduleHarness, clock: ScaledClock, schedule_ids: list[str], period: timedelta
+) -> None:
+    """Wait until just after an occurrence that every schedule ran and finished, so that an
+    outage starting then leaves no host busy."""
+    for _ in range(3):
+        occurrence = grid_before(clock.now(), period) + period
+        await sleep_until(clock, occurrence)
+        while clock.now() < occurrence + period / 3:
+            states = [bench.log.state(schedule_id) for schedule_id in schedule_ids]
+            if all(
+                state is not None and state.last_occurrence == occurrence and not state.in_flight
+                for state in states
+            ):
+                return
+            await asyncio.sleep(0.02)
+    raise AssertionError("no occurrence ran and finished within a third of the period")
+
+
+@pytest.mark.parametrize("outage", ["restart", "suspend"])
+async def test_occurrences_missed_in_an_outage_are_caught_up_by_each_policy(
+    make_settings, workers, broker_kind: str, outage: str
+) -> None:
+    if outage == "restart" and broker_kind == "tansu":
+        pytest.skip(TANSU_REJOIN)
+    settings, clock = scaled_settings(make_settings, MINUTE_PER_SECOND)
+    worker = workers(settings)
+    async with schedule_harness(settings) as bench:
+        await bench.configure(scan_timeout_seconds=LONGEST_SCAN_TIMEOUT)
+        for schedule_id, fields in CATCH_UP.items():
+            await bench.add_hosts(f"{schedule_id}-host")
+            await bench.upsert(
+                schedule_id,
+                recurrence=EVERY_TWO_MINUTES,
+                targets={"object_ids": [f"{schedule_id}-host"]},
+                overlap="allow",  # A catch-up run is never held back by one still in flight.
+                **fields,
+            )
+        if broker_kind == "tansu":
+            # A round trip through tansu's fetches outlasts the period: never quiet there.
+            await wait_until(
+                lambda: all(bench.log.occurrences(schedule_id) for schedule_id in CATCH_UP),
+                timeout=30,
+                what="a first run of every schedule",
+            )
+        else:
+            await quiet_after_an_occurrence(bench, clock, list(CATCH_UP), TWO_MINUTES)
+        began = clock.now()
+        # Back after the fourth missed occurrence; a suspended worker 90 s after it, too late
+        # for "skip" to run it.
+        back = grid_before(began, TWO_MINUTES) + 4 * TWO_MINUTES + 90 * SECOND
+        if outage == "restart":
+            worker.stop()
+            began = clock.now()
+            await sleep_until(clock, back - 60 * SECOND)
+            workers(settings)  # Same group, same changelogs: the state is recovered.
+        else:
+            with suspended(worker):
+                await sleep_until(clock, back)
+
+        def ran_after_catching_up(schedule_id: str) -> bool:
+            decision = first_decision_after(bench, schedule_id, began)
+            occurrences = bench.log.occurrences(schedule_id)
+            return decision is not None and bool(occurrences) and occurrences[-1] > decision[1]
+
+        await wait_until(
+            lambda: all(ran_after_catching_up(schedule_id) for schedule_id in CATCH_UP),
+            timeout=30,
+            what="the catch-up and a regular occurrence after it, for every schedule",
+        )
+
+    ran: dict[str, list[datetime]] = {}
+    for schedule_id in CATCH_UP:
+        decision = first_decision_after(bench, schedule_id, began)
+        assert decision is not None
+        cursor, decided_at = decision
+        missed = grid_between(cursor, decided_at, TWO_MINUTES)
+        assert len(missed) >= 4, f"the outage was too short to prove anything: {missed}"
+        ran[schedule_id] = [
+            o for o in bench.log.occurrences(schedule_id) if cursor < o <= decided_at
+        ]
+        assert ran[schedule_id] == caught_up(schedule_id, missed, decided_at), (
+            schedule_id,
+            missed,
+            decided_at,
+        )
+        # Whatever fired sent its occurrence's command; with no host busy, the first did.
+        host = f"{schedule_id}-host"
+        issued = {due_at(c): c["command_id"] for c in bench.commands(schedule_id)}
+        fired = [
+            run.occurrence
+            for run in bench.log.runs(schedule_id)
+            if run.occurrence in ran[schedule_id] and run.outcome == "fired"
+        ]
+        assert fired[:1] == ran[schedule_id][:1] or broker_kind == "tansu"
+        for occurrence in fired:
+            assert issued[occurrence] == occurrence_command_id(schedule_id, occurrence, host)
+    # "skip" runs an occurrence only while it is on time; a restart may come back in time.
+    assert ran["catch-skip"] == [] if outage == "suspend" else len(ran["catch-skip"]) <= 1
+    assert len(ran["catch-once"]) == 1
+    assert 2 <= len(ran["catch-all"]) <= 3  # The window holds two or three, of four or more.
