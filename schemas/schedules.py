@@ -824,6 +824,21 @@ class ScheduleStateChanged(Contract):
     changed_at: Timestamp
 
 
+class ScheduleRunRecorded(Contract):
+    """On kairos-schedule-runs (key = schedule id): a run fired, was skipped or failed."""
+
+    kind: Literal["schedule.run"] = "schedule.run"
+    schedule_id: str
+    occurrence: Timestamp
+    attempt: int
+    reason: str
+    outcome: Literal["fired", "skipped", "failed"]
+    fired_at: Timestamp
+    hosts_matched: int = 0
+    commands_issued: int = 0
+    error: str | None = None
+
+
 STATE_UPCASTERS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 """format N -> N+1 converters for stored ScheduleState; empty while format 1 is the only one."""
 

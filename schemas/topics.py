@@ -16,7 +16,9 @@ DISPATCH_QUEUE = "kairos-dispatch-queue"
 HOST_STATE = "kairos-host-state"
 SCHEDULER_CONTROL = "kairos-scheduler-control"
 SCHEDULES = "kairos-schedules"
-"""Generic schedules' state changes and run records, key = schedule id (read whole by workers)."""
+"""Generic schedules' state, compacted, key = schedule id (read whole by every worker)."""
+SCHEDULE_RUNS = "kairos-schedule-runs"
+"""One record per schedule run (fired, skipped, failed), key = schedule id; kept by time."""
 
 CONFIG_KEY = "config"
 """Key of schedule-changes messages that concern the global scheduler config."""
@@ -71,6 +73,10 @@ class TopicNames:
     def schedules(self) -> str:
         return self._named(SCHEDULES)
 
+    @property
+    def schedule_runs(self) -> str:
+        return self._named(SCHEDULE_RUNS)
+
     def host_keyed(self) -> list[str]:
         """Topics keyed by host id; they must all have the same partition count."""
         return [
@@ -81,4 +87,5 @@ class TopicNames:
             self.scan_commands,
             self.host_state,
             self.schedules,
+            self.schedule_runs,
         ]

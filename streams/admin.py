@@ -32,8 +32,9 @@ class TopicSpec:
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     names = settings.topics
     host_keyed = [TopicSpec(name, settings.partitions) for name in names.host_keyed()]
+    compacted = {names.host_state, names.schedules}  # Latest state per key is all that counts.
     host_keyed = [
-        TopicSpec(spec.name, spec.partitions, compacted=spec.name == names.host_state)
+        TopicSpec(spec.name, spec.partitions, compacted=spec.name in compacted)
         for spec in host_keyed
     ]
     return [

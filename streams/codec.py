@@ -11,6 +11,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from schemas.commands import DeadLetter, ScanCommand
 from schemas.events import ObjectEvent, ScanCompleted, ScheduleChange
 from schemas.internal import ControlMessage, DispatchMessage, HostSignal
+from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
 from schemas.state import HostStateChanged
 from streams.policy.ids import message_id
 
@@ -25,6 +26,8 @@ control_message: TypeAdapter[Any] = TypeAdapter(ControlMessage)
 host_state_changed = TypeAdapter(HostStateChanged)
 scan_command = TypeAdapter(ScanCommand)
 dead_letter_message = TypeAdapter(DeadLetter)
+schedule_state_changed = TypeAdapter(ScheduleStateChanged)
+schedule_run_recorded = TypeAdapter(ScheduleRunRecorded)
 
 
 class Undecodable(ValueError):

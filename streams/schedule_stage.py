@@ -28,6 +28,7 @@ from schemas.internal import CommandTimedOut, ReleaseOutcome, SlotReleased
 from schemas.schedules import (
     RunPlan,
     Schedule,
+    ScheduleRunRecorded,
     ScheduleState,
     ScheduleStateChanged,
     load_schedule_state,
@@ -114,36 +115,6 @@ ScheduleSignal = Annotated[
 schedule_signal: TypeAdapter[Any] = TypeAdapter(ScheduleSignal)
 
 
-class ScheduleRunRecorded(Contract):
-    """On kairos-schedules (key = schedule id): a run fired, was skipped or failed."""
-
-    kind: Literal["schedule.run"] = "schedule.run"
-    schedule_id: str
-    occurrence: Timestamp
-    attempt: int
-    reason: str
-    outcome: Literal["fired", "skipped", "failed"]
-    fired_at: Timestamp
-    hosts_matched: int = 0
-    commands_issued: int = 0
-    error: str | None = None
-
-
-def decode_schedule_record(raw: bytes | None) -> ScheduleStateChanged | ScheduleRunRecorded:
-    """A record of kairos-schedules; raises Undecodable."""
-    try:
-        kind = json.loads(raw or b"null").get("kind")
-    except (ValueError, AttributeError):
-        raise Undecodable("not a JSON object") from None
-    if kind == "schedule.run":
-        return codec.decode(_run_recorded, raw)  # type: ignore[no-any-return]
-    return codec.decode(_state_changed, raw)  # type: ignore[no-any-return]
-
-
-_run_recorded = TypeAdapter(ScheduleRunRecorded)
-_state_changed = TypeAdapter(ScheduleStateChanged)
-
-
 def is_schedule_message(raw: bytes | None) -> bool:
     """Whether a schedule-changes or host-signals record belongs to this stage."""
     try:
@@ -181,6 +152,7 @@ class ScheduleStage:
         self.counters: Counter[str] = Counter()
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         self.records = app.topic(worker.names.schedules, **raw)
+        self.runs = app.topic(worker.names.schedule_runs, **raw)
         self.changes = app.topic(worker.names.schedule_changes, **raw)
         self.table = app.Table(
             "schedules", partitions=settings.partitions, key_type=str, value_type=bytes
@@ -343,7 +315,7 @@ class ScheduleStage:
                         commands_issued=run.finished + len(run.outstanding),
                         error=run.last_error or state.last_error,
                     )
-                    await self.records.send(key=schedule_id.encode(), value=codec.encode(record))
+                    await self.runs.send(key=schedule_id.encode(), value=codec.encode(record))
         self.due_index.set(schedule_id, wake_at(state) if state else None)
 
     async def _start(
@@ -447,7 +419,7 @@ class ScheduleStage:
             hosts_matched=issued + skipped,
             commands_issued=issued,
         )
-        await self.records.send(key=run.schedule_id.encode(), value=codec.encode(record))
+        await self.runs.send(key=run.schedule_id.encode(), value=codec.encode(record))
 
     async def _command_ended(
         self, state: ScheduleState | None, ended: ScheduleCommandEnded, now: datetime
@@ -598,10 +570,8 @@ class ScheduleStage:
 
     def _on_schedule_record(self, raw: bytes | None) -> None:
         try:
-            record = decode_schedule_record(raw)
+            record: ScheduleStateChanged = codec.decode(codec.schedule_state_changed, raw)
         except Undecodable:
-            return
-        if not isinstance(record, ScheduleStateChanged):
             return
         state = record.state
         if state is None or state.schedule.trigger is None:
@@ -611,8 +581,6 @@ class ScheduleStage:
 
 
 __all__ = [
-    "ScheduleRunRecorded",
     "ScheduleStage",
-    "decode_schedule_record",
     "is_schedule_message",
 ]

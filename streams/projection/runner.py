@@ -22,7 +22,6 @@ from schemas.internal import CommandTimedOut, ConfigPublished
 from streams import codec
 from streams.codec import Undecodable
 from streams.projection.writer import Change, apply
-from streams.schedule_stage import decode_schedule_record
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,8 @@ class Projector:
             names.dead_letters: _decoder(codec.dead_letter_message),
             names.host_signals: _only(CommandTimedOut, codec.host_signal),
             names.scheduler_control: _only(ConfigPublished, codec.control_message),
-            names.schedules: _schedule_record,
+            names.schedules: _decoder(codec.schedule_state_changed),
+            names.schedule_runs: _decoder(codec.schedule_run_recorded),
         }
         self.applied = 0
         self.skipped = 0
@@ -162,13 +162,6 @@ def _decoder(adapter: Any) -> Callable[[bytes | None], Change | None]:
             return None
 
     return decode
-
-
-def _schedule_record(raw: bytes | None) -> Change | None:
-    try:
-        return decode_schedule_record(raw)
-    except Undecodable:
-        return None
 
 
 def _only(kind: type, adapter: Any) -> Callable[[bytes | None], Change | None]:

@@ -18,10 +18,9 @@ from psycopg.types.json import Jsonb
 from schemas.commands import DeadLetter, ScanCommand
 from schemas.events import ScanCompleted, ScanStatus
 from schemas.internal import CommandTimedOut, ConfigPublished
-from schemas.schedules import ScheduleStateChanged
+from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
 from schemas.state import HostSchedule, HostStateChanged
 from streams.policy.schedules import schedule_status
-from streams.schedule_stage import ScheduleRunRecorded
 
 Change = (
     HostStateChanged

@@ -74,13 +74,16 @@ async def test_empty_target_set_is_recorded_as_skipped_not_failed(
     workers(fast_settings)
     names = fast_settings.topics
     producer = await start_producer(fast_settings)
-    async with Collector(fast_settings, names.schedules) as records, ScannerFleet(fast_settings):
+    async with (
+        Collector(fast_settings, names.schedule_runs) as records,
+        ScannerFleet(fast_settings),
+    ):
         await publish(producer, names.object_created, "db-1", host_created("db-1"))
         target = {"filter": {"field": "labels.env", "op": "eq", "value": "nowhere"}}
         await publish(producer, names.schedule_changes, "empty", upsert("empty", targets=target))
 
         def runs() -> list[dict[str, Any]]:
-            return [r for r in records.values(names.schedules) if r.get("kind") == "schedule.run"]
+            return records.values(names.schedule_runs)
 
         await records.wait_for(lambda: len(runs()) >= 2, timeout=30, what="two recorded runs")
     await producer.stop()
@@ -137,7 +140,7 @@ async def test_failed_schedule_command_is_recorded_and_retried_for_that_host(
         return None if command.get("schedule_id") and command["attempt"] == 1 else 100
 
     async with (
-        Collector(fast_settings, names.schedules) as records,
+        Collector(fast_settings, names.schedule_runs) as records,
         ScannerFleet(fast_settings, score_for=score) as fleet,
     ):
         await publish(producer, names.object_created, "app-1", host_created("app-1"))
@@ -149,11 +152,7 @@ async def test_failed_schedule_command_is_recorded_and_retried_for_that_host(
         )
 
         def failed() -> list[dict[str, Any]]:
-            return [
-                r
-                for r in records.values(names.schedules)
-                if r.get("kind") == "schedule.run" and r["outcome"] == "failed"
-            ]
+            return [r for r in records.values(names.schedule_runs) if r["outcome"] == "failed"]
 
         await records.wait_for(lambda: bool(failed()), timeout=10, what="a failed run record")
     await producer.stop()

@@ -16,10 +16,9 @@ from aiokafka import AIOKafkaProducer
 from kairos.clock import ScaledClock
 from kairos.settings import Settings
 from schemas.events import ObjectEvent
-from schemas.schedules import ScheduleState, ScheduleStateChanged
+from schemas.schedules import ScheduleRunRecorded, ScheduleState, ScheduleStateChanged
 from schemas.topics import CONFIG_KEY
 from streams import codec
-from streams.schedule_stage import ScheduleRunRecorded, decode_schedule_record
 from tests.support.agents import ScannerFleet
 from tests.support.factories import config_updated, host_created, schedule_upserted
 from tests.support.kafka import Collector, publish, start_producer, wait_until
@@ -64,22 +63,26 @@ def grid_between(after: datetime, until: datetime, period: timedelta) -> list[da
     return points
 
 
-# --- what Kairos recorded on kairos-schedules ---------------------------------------------
+# --- what Kairos recorded on kairos-schedules and kairos-schedule-runs ----------------------
 
 
 class ScheduleLog:
-    """kairos-schedules as a Collector has read it: run records and states, per schedule."""
+    """Schedule states and run records as a Collector has read them, per schedule."""
 
-    def __init__(self, collector: Collector, topic: str, changes_topic: str) -> None:
+    def __init__(self, collector: Collector, settings: Settings) -> None:
+        names = settings.topics
         self._collector = collector
-        self._topic = topic
-        self._changes_topic = changes_topic
+        self._adapters = {
+            names.schedules: codec.schedule_state_changed,
+            names.schedule_runs: codec.schedule_run_recorded,
+        }
+        self._changes_topic = names.schedule_changes
 
     def _records(self) -> list[Any]:
         return [
-            decode_schedule_record(record.value)
+            codec.decode(self._adapters[record.topic], record.value)
             for record in list(self._collector.records)
-            if record.topic == self._topic
+            if record.topic in self._adapters
         ]
 
     def runs(self, schedule_id: str) -> list[ScheduleRunRecorded]:
@@ -181,10 +184,12 @@ async def schedule_harness(
     producer = await start_producer(settings)
     try:
         async with (
-            Collector(settings, names.schedules, names.schedule_changes) as collector,
+            Collector(
+                settings, names.schedules, names.schedule_runs, names.schedule_changes
+            ) as collector,
             ScannerFleet(settings, **fleet_options) as fleet,
         ):
-            log = ScheduleLog(collector, names.schedules, names.schedule_changes)
+            log = ScheduleLog(collector, settings)
             yield ScheduleHarness(settings, producer, fleet, log)
     finally:
         await producer.stop()
