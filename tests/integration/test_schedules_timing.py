@@ -16,8 +16,10 @@ import pytest
 
 from kairos.clock import ScaledClock
 from kairos.settings import Settings
+from schemas.schedules import ScheduleTriggered
 from streams.policy.schedules import MISFIRE_TOLERANCE
 from streams.policy.targets import occurrence_command_id
+from tests.support.factories import schedule_triggered
 from tests.support.kafka import wait_until
 from tests.support.schedules import (
     ScheduleHarness,
@@ -414,3 +416,69 @@ async def test_overlap_policies_while_a_run_waits_for_a_slow_host(make_settings,
     assert all(r.hosts_matched == 2 and r.commands_issued <= 1 for r in beside)
     slow = {due_at(c) for c in bench.commands("allow") if c["host_id"] == "slow"}
     assert not slow & set(blocked)
+
+
+# --- grace period ----------------------------------------------------------------------------
+
+TEN_MINUTES_PER_SECOND = 600.0
+ON_DEMAND = {"kind": "none"}
+
+
+async def run_now(bench: ScheduleHarness, *schedule_ids: str) -> list[ScheduleTriggered]:
+    """Trigger a run of each schedule and wait until their commands have been answered."""
+    triggers = [schedule_triggered(schedule_id) for schedule_id in schedule_ids]
+    for trigger in triggers:
+        await bench.send_change(trigger)
+
+    def finished(schedule_id: str) -> bool:
+        state = bench.log.state(schedule_id)
+        return state is not None and state.last_success_at is not None and not state.in_flight
+
+    await wait_until(
+        lambda: all(finished(schedule_id) for schedule_id in schedule_ids),
+        timeout=30,
+        what=f"finished runs of {', '.join(schedule_ids)}",
+    )
+    return triggers
+
+
+async def test_grace_period_skips_a_host_this_scanner_finished_recently(
+    make_settings, workers
+) -> None:
+    settings, clock = scaled_settings(make_settings, TEN_MINUTES_PER_SECOND)
+    workers(settings)
+    async with schedule_harness(settings) as bench:
+        await bench.configure(scan_timeout_seconds=LONGEST_SCAN_TIMEOUT)
+        await bench.add_hosts("never", "earlier", "recently")
+        # Scans of other schedules: nmap on two hosts, some time apart; nikto on the third.
+        helpers = {"nmap-earlier": "earlier", "nmap-recently": "recently", "nikto": "never"}
+        for schedule_id, host in helpers.items():
+            await bench.upsert(
+                schedule_id,
+                recurrence=ON_DEMAND,
+                scanner=schedule_id.split("-")[0],
+                targets={"object_ids": [host]},
+            )
+        await bench.upsert(
+            "graced",
+            recurrence=ON_DEMAND,
+            targets={"object_ids": ["never", "earlier", "recently"]},
+            grace_period_seconds=3600,
+        )
+        await bench.wait_for_schedules(*helpers, "graced")
+        await run_now(bench, "nikto", "nmap-earlier")
+        (earlier,) = bench.commands("nmap-earlier")
+        await sleep_until(clock, datetime.fromisoformat(earlier["issued_at"]) + 80 * MINUTE)
+        await run_now(bench, "nmap-recently")
+        (trigger,) = await run_now(bench, "graced")
+
+    (recently,) = bench.commands("nmap-recently")
+    (run,) = bench.log.runs("graced")
+    # What the grace period of an hour was measured against.
+    assert run.fired_at - datetime.fromisoformat(recently["issued_at"]) < 45 * MINUTE
+    assert run.fired_at - datetime.fromisoformat(earlier["issued_at"]) > 75 * MINUTE
+    assert sorted(c["host_id"] for c in bench.commands("graced")) == ["earlier", "never"]
+    assert {c["command_id"] for c in bench.commands("graced")} == {
+        occurrence_command_id("graced", trigger.occurred_at, host) for host in ("earlier", "never")
+    }
+    assert (run.hosts_matched, run.commands_issued) == (2, 2)
