@@ -19,7 +19,6 @@ from pathlib import Path
 from bench import report
 from bench.scenarios import SCENARIOS, Scenario, find
 from bench.scenarios.common import Context
-from bench.scenarios.stubs import PENDING, not_yet_built
 from bench.stack import BenchStack
 from bench.ui import BenchUI
 
@@ -33,10 +32,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     names = [s.key for s in SCENARIOS]
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Kairos benchmarks. Scenarios: " + ", ".join(
-            f"{s.number}={s.key}" + ("" if s.module else " (not yet built)") for s in SCENARIOS
-        ) + "; all = every built scenario.",
-    )  # fmt: skip
+        description="Kairos benchmarks. Scenarios: "
+        + ", ".join(f"{s.number}={s.key}" for s in SCENARIOS)
+        + "; all = every scenario.",
+    )
     parser.add_argument("scenario", help=f"one of {', '.join(names)}, a number, or all")
     parser.add_argument(
         "--scale",
@@ -85,15 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         except KeyError:
             print(f"unknown scenario {args.scenario!r}", file=sys.stderr)
             return 2
-    runnable = [s for s in chosen if s.module is not None]
-    for scenario in chosen:
-        if scenario.module is None:
-            print(not_yet_built(scenario.key))
-    if not runnable:
-        return 0
     systems = set(args.systems.split(",")) if args.systems else None
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    return asyncio.run(_run_all(args, runnable, systems))
+    return asyncio.run(_run_all(args, chosen, systems))
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -165,10 +158,7 @@ def _write_summary(args, results, when, machine, elapsed) -> None:  # noqa: ANN0
         f"on {report.machine_line(machine)}."
     )
     body = header + "\n\n" + report.markdown_table(results) + "\n"
-    pending = "\n".join(f"- {not_yet_built(key)}" for key in PENDING)
-    (args.out / f"all-{when}.md").write_text(
-        f"# Kairos bench summary\n\n{body}\nNot measured:\n\n{pending}\n"
-    )
+    (args.out / f"all-{when}.md").write_text(f"# Kairos bench summary\n\n{body}")
     (args.out / f"all-{when}.json").write_text(
         json.dumps([asdict(r) for r in results], indent=2, default=str) + "\n"
     )

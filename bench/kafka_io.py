@@ -196,6 +196,7 @@ class CommandLog:
     issued_at: list[float] = field(default_factory=list)
     produced_at: list[float] = field(default_factory=list)
     received_at: list[float] = field(default_factory=list)
+    schedule_ids: list[str | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.due_at)
@@ -207,6 +208,7 @@ class CommandLog:
         self.issued_at.append(parse_instant(command["issued_at"]))
         self.produced_at.append(produced_ms / 1000.0)
         self.received_at.append(received)
+        self.schedule_ids.append(command.get("schedule_id"))
 
 
 class TopicWatcher:

@@ -1,4 +1,4 @@
-"""Load generators: onboard hosts and change the scheduler config, batched."""
+"""Load generators: onboard hosts, publish schedules and change the config, batched."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
@@ -13,6 +14,7 @@ from bench.kafka_io import send_all
 from kairos.settings import Settings
 from schemas.config import ConfigChanges
 from schemas.events import ConfigUpdated, ObjectEvent
+from schemas.schedules import ScheduleUpserted
 from schemas.topics import CONFIG_KEY
 
 
@@ -55,6 +57,41 @@ async def onboard(
 ) -> int:
     return await send_all(
         producer, settings.topics.object_created, host_created_records(hosts), on_sent=on_sent
+    )
+
+
+def schedule_upserted_records(schedules: list[dict[str, Any]]) -> Iterator[tuple[bytes, bytes]]:
+    """ScheduleUpserted for each schedule definition, keyed by schedule id (validated once)."""
+    first = True
+    for schedule in schedules:
+        value = {
+            "event_id": str(uuid.uuid4()),
+            "schema_version": 1,
+            "type": "schedule.upserted",
+            "occurred_at": datetime.now(UTC).isoformat(),
+            "actor": "bench",
+            "schedule_id": schedule["id"],
+            "schedule": schedule,
+        }
+        raw = json.dumps(value).encode()
+        if first:
+            ScheduleUpserted.model_validate_json(raw)
+            first = False
+        yield schedule["id"].encode(), raw
+
+
+async def publish_schedules(
+    producer: AIOKafkaProducer,
+    settings: Settings,
+    schedules: list[dict[str, Any]],
+    *,
+    on_sent: Callable[[int], None] | None = None,
+) -> int:
+    return await send_all(
+        producer,
+        settings.topics.schedule_changes,
+        schedule_upserted_records(schedules),
+        on_sent=on_sent,
     )
 
 

@@ -112,8 +112,8 @@ def fmt(value: float | None, unit: str, lower_bound: bool = False) -> str:
         if abs(value) < 1:
             return f"{prefix}{value * 1000:.1f} ms"
         return f"{prefix}{value:.2f} s"
-    if unit == "/s":
-        return f"{prefix}{value:,.0f}/s"
+    if unit in ("/s", "/min"):
+        return f"{prefix}{value:,.0f}{unit}"
     if unit == "B/host":
         return f"{prefix}{value:,.0f} B/host"
     if unit == "MB/s":

@@ -18,6 +18,9 @@ from bench.load import update_config
 from bench.stack import BenchStack, ChildProcess, wait_ready
 from kairos.settings import Settings
 
+HOST_KEYED_TABLES = ("hosts", "schedules", "schedule-fanouts", "schedule-commands")
+"""The worker's Faust tables partitioned like the host topics (the dispatcher's has one)."""
+
 
 @dataclass
 class KairosSystem:
@@ -70,21 +73,20 @@ class KairosSystem:
         `dispatcher_crashes()` still counts any occurrence.
         """
         group, partitions = self.group, self.settings.partitions
-        compact = {"cleanup.policy": "compact"}
+        changelogs = {f"{group}-{table}-changelog": partitions for table in HOST_KEYED_TABLES}
+        changelogs[f"{group}-dispatcher-changelog"] = 1
         await create_topics(
             self.settings,
-            {f"{group}-hosts-changelog": partitions, f"{group}-dispatcher-changelog": 1,
-             f"{group}-__assignor-__leader": 1},
-            {f"{group}-hosts-changelog": compact, f"{group}-dispatcher-changelog": compact},
-        )  # fmt: skip
+            {**changelogs, f"{group}-__assignor-__leader": 1},
+            {name: {"cleanup.policy": "compact"} for name in changelogs},
+        )
 
     def dispatcher_crashes(self) -> int:
         return sum(p.log_text().count("PartitionsMismatch(") for p in self.processes)
 
     async def start(self, **config: Any) -> None:
         await self.precreate_faust_topics()
-        for _ in range(self.workers):
-            await self.start_worker()
+        await asyncio.gather(*(self.start_worker() for _ in range(self.workers)))
         producer = await start_producer(self.settings)
         try:
             await update_config(producer, self.settings, **config)

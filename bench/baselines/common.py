@@ -26,22 +26,27 @@ def scan_command(
     issued_at: datetime,
     priority: int = 10,
     state: str = "unknown",
+    schedule_id: str | None = None,
+    scanner: str = "compliance",
 ) -> bytes:
-    """A ScanCommand (schemas.commands) as JSON bytes."""
+    """A ScanCommand (schemas.commands) as JSON bytes; with `schedule_id`, a schedule's."""
+    reason = "unknown" if state == "unknown" else "scheduled"
     value: dict[str, Any] = {
         "event_id": str(uuid.uuid4()),
         "schema_version": 1,
-        "command_id": command_id(host_id, instance),
+        "command_id": command_id(f"{schedule_id}/{host_id}" if schedule_id else host_id, instance),
         "host_id": host_id,
-        "scanner": "compliance",
+        "scanner": scanner,
         "priority": priority,
-        "reason": "unknown" if state == "unknown" else "scheduled",
+        "reason": "schedule" if schedule_id else reason,
         "state": state,
         "due_at": due_at.isoformat(),
         "issued_at": issued_at.isoformat(),
         "deadline": (issued_at + DEADLINE).isoformat(),
         "attempt": 1,
     }
+    if schedule_id is not None:
+        value["schedule_id"] = schedule_id
     return json.dumps(value).encode()
 
 

@@ -50,6 +50,7 @@ ENDPOINTS = {  # name -> target p99 (s)
     "/hosts-due?limit=10": 0.020,
 }
 LEVELS = (1, 8)
+WARM_UP = 100  # requests per phase before measuring
 STATES = ("compliant",) * 6 + ("mostly_compliant", "partial", "low", "critical", "unknown")
 COLUMNS = (
     "host_id", "state", "compliance_state", "score", "current_interval_minutes",
@@ -242,7 +243,7 @@ async def api_phase(base: str, token: str, endpoint: str, n: int, concurrency: i
             if response.status_code != 200:
                 raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
 
-        await drive([call] * concurrency, min(200, count), 10.0)  # warm-up, not measured
+        await drive([call] * concurrency, min(WARM_UP, count), 10.0)  # warm-up, not measured
         return await drive([call] * concurrency, count, limit)
 
 
@@ -275,7 +276,7 @@ async def floor_phase(settings: Settings, token: str, endpoint: str, n: int, con
 
     try:
         calls = [caller_for(conn) for conn in conns]
-        await drive(calls, min(200, count), 10.0)
+        await drive(calls, min(WARM_UP, count), 10.0)
         return await drive(calls, count, limit)
     finally:
         for conn in conns:
@@ -289,7 +290,7 @@ def _cpu(
     after = cpu_seconds(pid)
     if before is None or after is None or not wall:
         return {f"{name}_cpu_cores": None, f"{name}_cpu_ms_per_request": None}
-    requests = phase["requests"] + phase["errors"] + min(200, count)
+    requests = phase["requests"] + phase["errors"] + min(WARM_UP, count)
     return {
         f"{name}_cpu_cores": (after - before) / wall,
         f"{name}_cpu_ms_per_request": (after - before) * 1000 / max(requests, 1),
@@ -301,8 +302,8 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
     from streams.admin import ensure_topics
 
     n = ctx.size(quick=200_000, full=1_000_000)
-    count = 2_000 if ctx.quick else 10_000
-    limit = 15.0 if ctx.quick else 60.0
+    count = 1_000 if ctx.quick else 10_000
+    limit = 8.0 if ctx.quick else 60.0
     result = new_result(ctx, KEY, NUMBER, TITLE, hosts=n, concurrency=list(LEVELS),
                         requests_per_phase=count, seconds_per_phase=limit)  # fmt: skip
     settings = ctx.stack.settings("api")
@@ -358,7 +359,7 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
         f"{'Quick' if ctx.quick else 'Full'} mode: {n:,} hosts seeded by COPY "
         f"({result.details['seed']['seconds_total']:.1f} s incl. VACUUM ANALYZE, "
         f"{result.details['seed']['due_now']:,} due now); per endpoint and level at most "
-        f"{count:,} requests or {limit:.0f} s after 200 warm-up requests.",
+        f"{count:,} requests or {limit:.0f} s after {WARM_UP} warm-up requests.",
         "Client-side latency from the bench's httpx.AsyncClient over loopback; one uvicorn "
         "process, the load generator and PostgreSQL share the 2 cores. The psycopg floor runs "
         "the same statements (token lookup + the route's query function) without HTTP.",

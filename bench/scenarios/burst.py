@@ -58,9 +58,9 @@ def last_out(run: Any) -> dict[str, Any]:
 
 
 async def run(ctx: Context, systems: set[str] | None = None) -> Any:
-    n = ctx.size(quick=5_000, full=100_000)
-    aps_n = min(n, 5_000 if ctx.quick else 50_000)
-    drain = 150.0 if ctx.quick else 900.0
+    n = ctx.size(quick=3_000, full=100_000)
+    aps_n = min(n, 3_000 if ctx.quick else 50_000)
+    drain = 120.0 if ctx.quick else 900.0
     result = new_result(ctx, KEY, NUMBER, TITLE, hosts=n, apscheduler_jobs=aps_n,
                         drain_seconds=drain)  # fmt: skip
     wanted = systems or {"kairos", "heapq", "sql1", "apscheduler"}

@@ -81,8 +81,8 @@ def table_bytes(dsn: str, table: str) -> int | None:
 
 
 async def run(ctx: Context, systems: set[str] | None = None) -> Any:
-    sizes = [ctx.scale] if ctx.scale else ([20_000] if ctx.quick else [100_000, 1_000_000])
-    aps_n = min(sizes[-1], 10_000 if ctx.quick else 100_000)
+    sizes = [ctx.scale] if ctx.scale else ([15_000] if ctx.quick else [100_000, 1_000_000])
+    aps_n = min(sizes[-1], 5_000 if ctx.quick else 100_000)
     result = new_result(ctx, KEY, NUMBER, TITLE, hosts=sizes, apscheduler_jobs=aps_n)
     wanted = systems or {"kairos", "heapq", "sql1", "apscheduler"}
     measured: dict[str, dict[str, Any]] = {}

@@ -324,7 +324,7 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
 
     n = ctx.size(quick=30_000, full=200_000)
     rounds = 3 if ctx.quick else 5
-    seconds = 20.0 if ctx.quick else 60.0
+    seconds = 12.0 if ctx.quick else 60.0
     timeout = 180.0 if ctx.quick else 900.0
     result = new_result(ctx, KEY, NUMBER, TITLE, hosts=n, rounds=rounds,
                         steady_rate=STEADY_RATE, steady_seconds=seconds,

@@ -73,8 +73,8 @@ def worker_cpu(run: DispatchRun) -> dict[str, float | None]:
 
 
 async def run(ctx: Context, systems: set[str] | None = None) -> Any:
-    n = ctx.size(quick=5_000, full=1_000_000)
-    aps_n = min(n, 5_000 if ctx.quick else 50_000)
+    n = ctx.size(quick=3_000, full=1_000_000)
+    aps_n = min(n, 3_000 if ctx.quick else 50_000)
     drain = 60.0 if ctx.quick else 600.0
     result = new_result(ctx, KEY, NUMBER, TITLE, hosts=n, due_per_second=RATE,
                         apscheduler_jobs=aps_n, drain_seconds=drain)  # fmt: skip

@@ -77,7 +77,7 @@ async def measure(ctx: Context, system: System, n: int, timeout: float) -> dict[
 
 
 async def run(ctx: Context, systems: set[str] | None = None) -> Any:
-    n = ctx.size(quick=4_000, full=100_000)
+    n = ctx.size(quick=3_000, full=100_000)
     timeout = 120.0 if ctx.quick else 900.0
     result = new_result(ctx, KEY, NUMBER, TITLE, results=n, timeout_seconds=timeout)
     wanted = systems or {"kairos", "kairos2", "heapq"}

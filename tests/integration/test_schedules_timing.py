@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from kairos.clock import ScaledClock
 from kairos.settings import Settings
+from schemas.schedules import ScheduleTriggered
 from streams.policy.schedules import MISFIRE_TOLERANCE
 from streams.policy.targets import occurrence_command_id
+from tests.support.factories import schedule_triggered
 from tests.support.kafka import wait_until
 from tests.support.schedules import (
     ScheduleHarness,
@@ -315,3 +318,167 @@ async def test_occurrences_missed_in_an_outage_are_caught_up_by_each_policy(
     assert ran["catch-skip"] == [] if outage == "suspend" else len(ran["catch-skip"]) <= 1
     assert len(ran["catch-once"]) == 1
     assert 2 <= len(ran["catch-all"]) <= 3  # The window holds two or three, of four or more.
+
+
+# --- overlap ---------------------------------------------------------------------------------
+
+EVERY_MINUTE = {"kind": "cron", "expression": "* * * * *"}
+HALF_A_MINUTE_PER_SECOND = 30.0
+OVERLAP = ("skip", "buffer_one", "allow")
+
+
+def due_while_in_flight(bench: ScheduleHarness, schedule_id: str, run: datetime) -> list[datetime]:
+    """Occurrences that came due while the run of occurrence `run` was in flight, as the
+    worker's own states show them (the cursor moved past them with that run in flight)."""
+    due = set()
+    for change in bench.log.states(schedule_id):
+        state = change.state
+        if state and state.cursor > run and any(r.occurrence == run for r in state.in_flight):
+            due.add(state.cursor)
+    return sorted(due)
+
+
+async def test_overlap_policies_while_a_run_waits_for_a_slow_host(make_settings, workers) -> None:
+    settings, clock = scaled_settings(make_settings, HALF_A_MINUTE_PER_SECOND)
+    workers(settings)
+    held: dict[str, dict[str, Any]] = {}
+
+    def answer(command: dict[str, Any]) -> bool:
+        """The slow host keeps each schedule's first command until the test lets it go."""
+        schedule_id = command.get("schedule_id")
+        if command["host_id"] != "slow" or schedule_id is None or schedule_id in held:
+            return True
+        held[schedule_id] = command
+        return False
+
+    async with schedule_harness(settings, answer=answer) as bench:
+        await bench.configure(scan_timeout_seconds=LONGEST_SCAN_TIMEOUT, max_concurrent_scans=50)
+        await bench.add_hosts("fast", "slow")
+        for policy in OVERLAP:
+            # A scanner each: one schedule's command in flight does not make a host busy for
+            # the others.
+            await bench.upsert(
+                policy,
+                recurrence=EVERY_MINUTE,
+                scanner=f"scan-{policy.replace('_', '-')}",
+                targets={"object_ids": ["fast", "slow"]},
+                overlap=policy,
+            )
+        await wait_until(lambda: len(held) == 3, timeout=30, what="a first run of each")
+        first = {policy: due_at(held[policy]) for policy in OVERLAP}
+        await wait_until(
+            lambda: all(len(due_while_in_flight(bench, p, first[p])) >= 2 for p in OVERLAP),
+            timeout=30,
+            what="two more occurrences of each while the slow host holds the first run",
+        )
+        released_at = clock.now()
+        for command in held.values():
+            bench.fleet.answer_later(command)
+
+        def went_on(policy: str) -> bool:
+            blocked = due_while_in_flight(bench, policy, first[policy])
+            state = bench.log.state(policy)
+            if state is None or any(r.occurrence == first[policy] for r in state.in_flight):
+                return False
+            return bench.log.occurrences(policy)[-1] >= blocked[-1]
+
+        await wait_until(
+            lambda: all(went_on(policy) for policy in OVERLAP),
+            timeout=30,
+            what="the first runs to end and the schedules to go on",
+        )
+
+    def ran_while_blocked(policy: str) -> tuple[list[datetime], list[datetime]]:
+        """(occurrences due while the first run was in flight, those of them that ran)"""
+        blocked = due_while_in_flight(bench, policy, first[policy])
+        return blocked, [o for o in bench.log.occurrences(policy) if o in blocked]
+
+    # skip: occurrences that come due while the run is in flight never run.
+    blocked, ran = ran_while_blocked("skip")
+    assert len(blocked) >= 2 and ran == []
+    assert not {due_at(c) for c in bench.commands("skip")} & set(blocked)
+
+    # buffer_one: the latest of them waits, and starts when the slow host has answered.
+    blocked, ran = ran_while_blocked("buffer_one")
+    assert len(blocked) >= 2 and ran == blocked[-1:]
+    (started,) = [r for r in bench.log.runs("buffer_one") if r.occurrence == blocked[-1]]
+    assert started.fired_at >= released_at
+    late = [c for c in bench.commands("buffer_one") if due_at(c) == blocked[-1]]
+    assert all(datetime.fromisoformat(c["issued_at"]) >= released_at for c in late)
+    assert {c["command_id"] for c in late} == {
+        occurrence_command_id("buffer_one", blocked[-1], host) for host in ("fast", "slow")
+    }
+
+    # allow: every one starts beside the slow run; the slow host, still busy, is passed over.
+    blocked, ran = ran_while_blocked("allow")
+    assert len(blocked) >= 2 and ran == blocked
+    beside = [r for r in bench.log.runs("allow") if r.occurrence in blocked]
+    assert all(r.hosts_matched == 2 and r.commands_issued <= 1 for r in beside)
+    slow = {due_at(c) for c in bench.commands("allow") if c["host_id"] == "slow"}
+    assert not slow & set(blocked)
+
+
+# --- grace period ----------------------------------------------------------------------------
+
+TEN_MINUTES_PER_SECOND = 600.0
+ON_DEMAND = {"kind": "none"}
+
+
+async def run_now(bench: ScheduleHarness, *schedule_ids: str) -> list[ScheduleTriggered]:
+    """Trigger a run of each schedule and wait until their commands have been answered."""
+    triggers = [schedule_triggered(schedule_id) for schedule_id in schedule_ids]
+    for trigger in triggers:
+        await bench.send_change(trigger)
+
+    def finished(schedule_id: str) -> bool:
+        state = bench.log.state(schedule_id)
+        return state is not None and state.last_success_at is not None and not state.in_flight
+
+    await wait_until(
+        lambda: all(finished(schedule_id) for schedule_id in schedule_ids),
+        timeout=30,
+        what=f"finished runs of {', '.join(schedule_ids)}",
+    )
+    return triggers
+
+
+async def test_grace_period_skips_a_host_this_scanner_finished_recently(
+    make_settings, workers
+) -> None:
+    settings, clock = scaled_settings(make_settings, TEN_MINUTES_PER_SECOND)
+    workers(settings)
+    async with schedule_harness(settings) as bench:
+        await bench.configure(scan_timeout_seconds=LONGEST_SCAN_TIMEOUT)
+        await bench.add_hosts("never", "earlier", "recently")
+        # Scans of other schedules: nmap on two hosts, some time apart; nikto on the third.
+        helpers = {"nmap-earlier": "earlier", "nmap-recently": "recently", "nikto": "never"}
+        for schedule_id, host in helpers.items():
+            await bench.upsert(
+                schedule_id,
+                recurrence=ON_DEMAND,
+                scanner=schedule_id.split("-")[0],
+                targets={"object_ids": [host]},
+            )
+        await bench.upsert(
+            "graced",
+            recurrence=ON_DEMAND,
+            targets={"object_ids": ["never", "earlier", "recently"]},
+            grace_period_seconds=3600,
+        )
+        await bench.wait_for_schedules(*helpers, "graced")
+        await run_now(bench, "nikto", "nmap-earlier")
+        (earlier,) = bench.commands("nmap-earlier")
+        await sleep_until(clock, datetime.fromisoformat(earlier["issued_at"]) + 80 * MINUTE)
+        await run_now(bench, "nmap-recently")
+        (trigger,) = await run_now(bench, "graced")
+
+    (recently,) = bench.commands("nmap-recently")
+    (run,) = bench.log.runs("graced")
+    # What the grace period of an hour was measured against.
+    assert run.fired_at - datetime.fromisoformat(recently["issued_at"]) < 45 * MINUTE
+    assert run.fired_at - datetime.fromisoformat(earlier["issued_at"]) > 75 * MINUTE
+    assert sorted(c["host_id"] for c in bench.commands("graced")) == ["earlier", "never"]
+    assert {c["command_id"] for c in bench.commands("graced")} == {
+        occurrence_command_id("graced", trigger.occurred_at, host) for host in ("earlier", "never")
+    }
+    assert (run.hosts_matched, run.commands_issued) == (2, 2)
