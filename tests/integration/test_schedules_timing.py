@@ -19,7 +19,7 @@ from kairos.settings import Settings
 from schemas.schedules import ScheduleTriggered
 from streams.policy.schedules import MISFIRE_TOLERANCE
 from streams.policy.targets import occurrence_command_id
-from tests.support.factories import schedule_triggered
+from tests.support.factories import host_created, host_deleted, host_updated, schedule_triggered
 from tests.support.kafka import wait_until
 from tests.support.schedules import (
     ScheduleHarness,
@@ -482,3 +482,58 @@ async def test_grace_period_skips_a_host_this_scanner_finished_recently(
         occurrence_command_id("graced", trigger.occurred_at, host) for host in ("earlier", "never")
     }
     assert (run.hosts_matched, run.commands_issued) == (2, 2)
+
+
+# --- triggers on update and delete ----------------------------------------------------------
+
+
+async def test_update_and_delete_triggers_run_for_that_host_only(make_settings, workers) -> None:
+    settings = make_settings()
+    workers(settings)
+    async with schedule_harness(settings) as bench:
+        await bench.add_hosts("web-1", labels={"env": "dev"})
+        on_update = {"run_on": "host", "operation": "updated"}
+        prod = {"field": "labels.env", "op": "eq", "value": "prod"}
+        await bench.upsert(
+            "on-update", recurrence=ON_DEMAND, trigger=on_update, targets={"filter": prod}
+        )
+        on_delete = {"run_on": "host", "operation": "deleted"}
+        await bench.upsert("on-delete", recurrence=ON_DEMAND, scanner="nikto", trigger=on_delete)
+        await bench.wait_for_schedules("on-update", "on-delete")
+        await asyncio.sleep(2.0)  # Workers read trigger schedules from kairos-schedules.
+        # Per host in this order: a trigger that fired for an earlier event shows up first.
+        created = host_created("web-2", labels={"env": "prod"})
+        promoted = host_updated("web-2", labels={"env": "prod", "tier": "front"})
+        demoted = host_updated("web-1", labels={"env": "dev", "tier": "back"})
+        deleted = host_deleted("web-1")
+        for event in (created, promoted, demoted, deleted):
+            await bench.send_object(event)
+        await wait_until(
+            lambda: len(bench.log.runs("on-update")) == 2 and bench.commands("on-delete"),
+            timeout=20,
+            what="the trigger runs of both updates and of the delete",
+        )
+
+    runs = {run.occurrence: run for run in bench.log.runs("on-update")}
+    # Both updates ran the schedule (the one outside the filter scanned nothing); the
+    # creation and the deletion did not.
+    assert sorted(runs) == sorted([promoted.occurred_at, demoted.occurred_at])
+    assert runs[promoted.occurred_at].commands_issued == 1
+    assert (runs[demoted.occurred_at].outcome, runs[demoted.occurred_at].commands_issued) == (
+        "skipped",
+        0,
+    )
+    (command,) = bench.commands("on-update")
+    assert command["host_id"] == "web-2" and command["reason"] == "trigger"
+    assert command["command_id"] == occurrence_command_id(
+        "on-update", promoted.occurred_at, "web-2"
+    )
+    # The deleted host is scanned once more, by what its delete event said of it.
+    assert [run.occurrence for run in bench.log.runs("on-delete")] == [deleted.occurred_at]
+    (command,) = bench.commands("on-delete")
+    assert (command["host_id"], command["scanner"], command["reason"]) == (
+        "web-1",
+        "nikto",
+        "trigger",
+    )
+    assert command["command_id"] == occurrence_command_id("on-delete", deleted.occurred_at, "web-1")
