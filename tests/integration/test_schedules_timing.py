@@ -16,10 +16,10 @@ import pytest
 
 from kairos.clock import ScaledClock
 from kairos.settings import Settings
-from schemas.schedules import ScheduleTriggered
-from streams.policy.schedules import MISFIRE_TOLERANCE
+from schemas.schedules import ScheduleDisabled, ScheduleStatus, ScheduleTriggered
+from streams.policy.schedules import MISFIRE_TOLERANCE, schedule_status
 from streams.policy.targets import occurrence_command_id
-from tests.support.factories import schedule_triggered
+from tests.support.factories import host_created, host_deleted, host_updated, schedule_triggered
 from tests.support.kafka import wait_until
 from tests.support.schedules import (
     ScheduleHarness,
@@ -482,3 +482,127 @@ async def test_grace_period_skips_a_host_this_scanner_finished_recently(
         occurrence_command_id("graced", trigger.occurred_at, host) for host in ("earlier", "never")
     }
     assert (run.hosts_matched, run.commands_issued) == (2, 2)
+
+
+# --- triggers on update and delete ----------------------------------------------------------
+
+
+async def test_update_and_delete_triggers_run_for_that_host_only(make_settings, workers) -> None:
+    settings = make_settings()
+    workers(settings)
+    async with schedule_harness(settings) as bench:
+        await bench.add_hosts("web-1", labels={"env": "dev"})
+        on_update = {"run_on": "host", "operation": "updated"}
+        prod = {"field": "labels.env", "op": "eq", "value": "prod"}
+        await bench.upsert(
+            "on-update", recurrence=ON_DEMAND, trigger=on_update, targets={"filter": prod}
+        )
+        on_delete = {"run_on": "host", "operation": "deleted"}
+        await bench.upsert("on-delete", recurrence=ON_DEMAND, scanner="nikto", trigger=on_delete)
+        await bench.wait_for_schedules("on-update", "on-delete")
+        await asyncio.sleep(2.0)  # Workers read trigger schedules from kairos-schedules.
+        # Per host in this order: a trigger that fired for an earlier event shows up first.
+        created = host_created("web-2", labels={"env": "prod"})
+        promoted = host_updated("web-2", labels={"env": "prod", "tier": "front"})
+        demoted = host_updated("web-1", labels={"env": "dev", "tier": "back"})
+        deleted = host_deleted("web-1")
+        for event in (created, promoted, demoted, deleted):
+            await bench.send_object(event)
+        await wait_until(
+            lambda: len(bench.log.runs("on-update")) == 2 and bench.commands("on-delete"),
+            timeout=20,
+            what="the trigger runs of both updates and of the delete",
+        )
+
+    runs = {run.occurrence: run for run in bench.log.runs("on-update")}
+    # Both updates ran the schedule (the one outside the filter scanned nothing); the
+    # creation and the deletion did not.
+    assert sorted(runs) == sorted([promoted.occurred_at, demoted.occurred_at])
+    assert runs[promoted.occurred_at].commands_issued == 1
+    assert (runs[demoted.occurred_at].outcome, runs[demoted.occurred_at].commands_issued) == (
+        "skipped",
+        0,
+    )
+    (command,) = bench.commands("on-update")
+    assert command["host_id"] == "web-2" and command["reason"] == "trigger"
+    assert command["command_id"] == occurrence_command_id(
+        "on-update", promoted.occurred_at, "web-2"
+    )
+    # The deleted host is scanned once more, by what its delete event said of it.
+    assert [run.occurrence for run in bench.log.runs("on-delete")] == [deleted.occurred_at]
+    (command,) = bench.commands("on-delete")
+    assert (command["host_id"], command["scanner"], command["reason"]) == (
+        "web-1",
+        "nikto",
+        "trigger",
+    )
+    assert command["command_id"] == occurrence_command_id("on-delete", deleted.occurred_at, "web-1")
+
+
+# --- retries, self-disable, skipped runs --------------------------------------------------------
+
+
+async def test_failed_runs_retry_with_backoff_then_disable_the_schedule_but_skips_never_count(
+    make_settings, workers
+) -> None:
+    settings, _ = scaled_settings(make_settings, TEN_MINUTES_PER_SECOND)
+    workers(settings)
+
+    def score(command: dict[str, Any]) -> float | None:
+        return None if command.get("schedule_id") == "brittle" else 100
+
+    async with schedule_harness(settings, score_for=score) as bench:
+        await bench.configure(scan_timeout_seconds=LONGEST_SCAN_TIMEOUT)
+        await bench.add_hosts("brittle-1")
+        await bench.upsert(
+            "brittle", recurrence=ON_DEMAND, targets={"object_ids": ["brittle-1"]}, max_retries=2
+        )
+        # Every ten scheduler minutes, a run that finds no host: skipped, with no retries left.
+        nowhere = {"field": "labels.env", "op": "eq", "value": "nowhere"}
+        await bench.upsert(
+            "idle",
+            recurrence={"kind": "cron", "expression": "*/10 * * * *"},
+            targets={"filter": nowhere},
+            max_retries=0,
+        )
+        await bench.wait_for_schedules("brittle", "idle")
+        trigger = schedule_triggered("brittle")
+        await bench.send_change(trigger)
+
+        def disabled() -> bool:
+            state = bench.log.state("brittle")
+            return state is not None and not state.enabled
+
+        await wait_until(disabled, timeout=30, what="the schedule to disable itself")
+        await wait_until(
+            lambda: len(bench.log.runs("idle")) >= 3, timeout=20, what="three idle runs"
+        )
+
+    commands = bench.commands("brittle", attempt=None)
+    assert [(c["attempt"], c["host_id"]) for c in commands] == [(n, "brittle-1") for n in (1, 2, 3)]
+    assert [c["command_id"] for c in commands] == [
+        occurrence_command_id("brittle", trigger.occurred_at, "brittle-1", attempt)
+        for attempt in (1, 2, 3)
+    ]
+    # Each retry is due 2^n minutes after the n-th failure in a row.
+    states = [change.state for change in bench.log.states("brittle") if change.state]
+    for attempt, backoff in ((2, 2 * MINUTE), (3, 4 * MINUTE)):
+        planned = next(s for s in states if s.retry and s.retry.attempt == attempt)
+        assert planned.retry is not None and planned.consecutive_failures == attempt - 1
+        assert planned.retry.due_at - planned.updated_at == backoff
+        assert due_at(commands[attempt - 1]) == planned.retry.due_at
+    failures = bench.log.failures("brittle")
+    assert [(f.attempt, f.error) for f in failures] == [(n, "simulated failure") for n in (1, 2, 3)]
+    final = bench.log.state("brittle")
+    assert final is not None and schedule_status(final) is ScheduleStatus.DISABLED
+    reason = "disabled after 3 failed runs in a row; last error: simulated failure"
+    assert (final.disabled_reason, final.failed_runs, final.consecutive_failures) == (reason, 3, 3)
+    assert final.retry is None and final.in_flight == ()
+    (disabling,) = [e for e in bench.log.changes("brittle") if isinstance(e, ScheduleDisabled)]
+    assert (disabling.actor, disabling.reason) == ("kairos", reason)
+
+    idle = bench.log.state("idle")
+    outcomes = {(run.outcome, run.commands_issued) for run in bench.log.runs("idle")}
+    assert outcomes == {("skipped", 0)}
+    assert idle is not None and idle.enabled and idle.skipped_runs >= 3
+    assert (idle.failed_runs, idle.consecutive_failures, idle.retry) == (0, 0, None)
