@@ -731,7 +731,8 @@ class RunPlan(Contract):
 
 
 class ActiveRun(Contract):
-    """A run in flight: planned, then dispatched with its command ids."""
+    """A run in flight: planned, then dispatched; counts, not command ids, so the state
+    stays the same size however many hosts the run covers."""
 
     occurrence: Timestamp
     attempt: int = Field(default=1, ge=1)
@@ -740,7 +741,7 @@ class ActiveRun(Contract):
     started_at: Timestamp
     host_ids: tuple[str, ...] | None = None
     dispatched: bool = False
-    outstanding: tuple[str, ...] = Field(default=(), description="Command ids not finished.")
+    pending_commands: int = Field(default=0, ge=0, description="Commands not finished yet.")
     finished: int = 0
     failed_host_ids: tuple[str, ...] = ()
     failed_unattributed: bool = Field(
@@ -809,10 +810,6 @@ class ScheduleState(Contract):
     @property
     def retry_at(self) -> datetime | None:
         return self.retry.due_at if self.retry else None
-
-    @property
-    def in_flight_command_ids(self) -> tuple[str, ...]:
-        return tuple(command for run in self.in_flight for command in run.outstanding)
 
 
 class ScheduleStateChanged(Contract):

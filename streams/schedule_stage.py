@@ -79,13 +79,13 @@ class ScheduleFanOut(Contract):
 
 
 class ScheduleFanOutDone(Contract):
-    """One partition's part of a run: the commands it sent (key = schedule id)."""
+    """One partition's part of a run: how many commands it sent (key = schedule id)."""
 
     kind: Literal["schedule.fanout_done"] = "schedule.fanout_done"
     schedule_id: str
     run: RunPlan
     partition: int
-    command_ids: tuple[str, ...]
+    issued: int
     skipped: int = 0
 
 
@@ -94,6 +94,8 @@ class ScheduleCommandEnded(Contract):
 
     kind: Literal["schedule.command_ended"] = "schedule.command_ended"
     schedule_id: str
+    occurrence: Timestamp
+    attempt: int
     command_id: str
     host_id: str
     outcome: ReleaseOutcome
@@ -311,8 +313,8 @@ class ScheduleStage:
                         reason="schedule",
                         outcome="failed",
                         fired_at=run.started_at,
-                        hosts_matched=run.finished + len(run.outstanding),
-                        commands_issued=run.finished + len(run.outstanding),
+                        hosts_matched=run.finished + run.pending_commands,
+                        commands_issued=run.finished + run.pending_commands,
                         error=run.last_error or state.last_error,
                     )
                     await self.runs.send(key=schedule_id.encode(), value=codec.encode(record))
@@ -337,7 +339,7 @@ class ScheduleStage:
                 "run": run.model_dump(mode="json"),
                 "expected": len(partitions),
                 "parts": [],
-                "commands": [],
+                "issued": 0,
                 "skipped": 0,
             }
             self.fanouts[schedule.id] = codec.dumps(pending)
@@ -357,7 +359,7 @@ class ScheduleStage:
     ) -> None:
         run = done.run
         if not run.tracked:
-            await self._record_fired(run, done.command_ids, done.skipped, now)
+            await self._record_fired(run, done.issued, done.skipped, now)
             return
         if state is None:
             return
@@ -367,36 +369,32 @@ class ScheduleStage:
             self.counters["duplicate_fanout_reply"] += 1
             return
         entry["parts"].append(done.partition)
-        entry["commands"].extend(done.command_ids)
+        entry["issued"] += done.issued
         entry["skipped"] += done.skipped
         if len(entry["parts"]) < entry["expected"]:
             self.fanouts[state.schedule.id] = codec.dumps(pending)
             return
         del pending["runs"][_run_key(run)]
-        early = pending["early"] if not pending["runs"] else []
-        if not pending["runs"]:
-            pending["early"] = []
+        held = [ScheduleCommandEnded.model_validate(raw) for raw in pending["early"]]
+        early = [e for e in held if (e.occurrence, e.attempt) == (run.occurrence, run.attempt)]
+        pending["early"] = [e.model_dump(mode="json") for e in held if e not in early]
         self.fanouts[state.schedule.id] = codec.dumps(pending)
-        after, changed = await self._dispatched(
-            state, run, entry["commands"], entry["skipped"], now
-        )
+        after, changed = await self._dispatched(state, run, entry["issued"], entry["skipped"], now)
         if changed:
             await self._store(state.schedule.id, state, after, now)
-        for raw in early:
-            await self._command_ended(
-                self._load(state.schedule.id), ScheduleCommandEnded.model_validate(raw), now
-            )
+        for ended in early:
+            await self._command_ended(self._load(state.schedule.id), ended, now)
 
     async def _dispatched(
         self,
         state: ScheduleState,
         run: RunPlan,
-        command_ids: list[str],
+        issued: int,
         skipped: int,
         now: datetime,
     ) -> tuple[ScheduleState, bool]:
-        await self._record_fired(run, command_ids, skipped, now)
-        decision = run_dispatched(state, run, command_ids, now=now)
+        await self._record_fired(run, issued, skipped, now)
+        decision = run_dispatched(state, run, issued, now=now)
         after = decision.state
         assert after is not None
         changed = decision.changed
@@ -405,10 +403,7 @@ class ScheduleStage:
             changed = changed or started_changed
         return after, changed
 
-    async def _record_fired(
-        self, run: RunPlan, command_ids: Iterable[str], skipped: int, now: datetime
-    ) -> None:
-        issued = len(tuple(command_ids))
+    async def _record_fired(self, run: RunPlan, issued: int, skipped: int, now: datetime) -> None:
         record = ScheduleRunRecorded(
             schedule_id=run.schedule_id,
             occurrence=run.occurrence,
@@ -428,18 +423,19 @@ class ScheduleStage:
             return
         decision = run_finished(
             state,
-            ended.command_id,
+            ended.occurrence,
+            ended.attempt,
             outcome=ended.outcome,
             host_id=ended.host_id,
             error=ended.error,
             now=now,
         )
-        if decision.ignored == "unknown_command":
+        if decision.ignored == "not_dispatched":
+            # The result overtook the run's last fan-out reply: keep it until that comes.
             pending = self._pending(state.schedule.id)
-            if pending["runs"]:  # The result overtook the last fan-out reply: keep it.
-                pending["early"].append(ended.model_dump(mode="json"))
-                self.fanouts[state.schedule.id] = codec.dumps(pending)
-                return
+            pending["early"].append(ended.model_dump(mode="json"))
+            self.fanouts[state.schedule.id] = codec.dumps(pending)
+            return
         await self._settle(state.schedule.id, state, decision, now)
 
     # --- the host side of a fan-out ----------------------------------------------------
@@ -467,6 +463,8 @@ class ScheduleStage:
         for request in requests:
             entry = {
                 "schedule_id": schedule.id,
+                "occurrence": run.occurrence.isoformat(),
+                "attempt": run.attempt,
                 "host_id": request.host_id,
                 "scanner": schedule.scanner,
                 "tracked": run.tracked,
@@ -480,7 +478,7 @@ class ScheduleStage:
             schedule_id=schedule.id,
             run=run,
             partition=partition,
-            command_ids=tuple(request.command_id for request in requests),
+            issued=len(requests),
             skipped=skipped,
         )
         await self._signal(schedule.id, done)
@@ -527,6 +525,8 @@ class ScheduleStage:
             return
         ended = ScheduleCommandEnded(
             schedule_id=entry["schedule_id"],
+            occurrence=entry["occurrence"],
+            attempt=entry["attempt"],
             command_id=command_id,
             host_id=host_id,
             outcome=outcome,

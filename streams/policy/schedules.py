@@ -199,11 +199,11 @@ def due_runs(
 
 
 def run_dispatched(
-    state: ScheduleState, run: RunPlan, command_ids: Sequence[str], *, now: datetime
+    state: ScheduleState, run: RunPlan, issued: int, *, now: datetime
 ) -> ScheduleDecision:
-    """The worker selected the run's targets and sent one command per target.
+    """The worker selected the run's targets and sent `issued` commands, one per target.
 
-    No command ids means an empty target set: the run is recorded as skipped at once.
+    None issued means an empty target set: the run is recorded as skipped at once.
     Trigger runs are not tracked (ignored "untracked_run").
     """
     now = now.astimezone(UTC)
@@ -216,11 +216,10 @@ def run_dispatched(
     active: ActiveRun = draft.values["in_flight"][index]
     if active.dispatched:
         return ScheduleDecision(state, ignored="already_dispatched")
-    outstanding = tuple(dict.fromkeys(command_ids))
     _replace_run(
-        draft, index, active.model_copy(update={"dispatched": True, "outstanding": outstanding})
+        draft, index, active.model_copy(update={"dispatched": True, "pending_commands": issued})
     )
-    if not outstanding:
+    if not issued:
         _conclude(draft, index, RunOutcome.SKIPPED)
         _advance(draft, misfire_tolerance=MISFIRE_TOLERANCE)
     return _finish(state, draft, ignored=None)
@@ -228,14 +227,19 @@ def run_dispatched(
 
 def run_finished(
     state: ScheduleState,
-    command_id: str,
+    occurrence: datetime,
+    attempt: int,
     *,
     outcome: ReleaseOutcome,
     now: datetime,
     host_id: str | None = None,
     error: str | None = None,
 ) -> ScheduleDecision:
-    """One command of a tracked run ended. The run's last command concludes the run.
+    """One command of the tracked run (occurrence, attempt) ended; its last concludes the run.
+
+    The caller reports each command once (the worker forgets a command as it reports it).
+    Ignored: a run no longer in flight ("unknown_run"), one not yet dispatched
+    ("not_dispatched": keep the report until it is) or with no command left ("no_pending").
 
     COMPLETED counts as success; FAILED and TIMED_OUT as failure (`host_id` names the host
     to retry; without it the retry covers every target); SUPERSEDED (host gone) as neither.
@@ -244,15 +248,17 @@ def run_finished(
     """
     now = now.astimezone(UTC)
     draft = _Draft(values=_values(state), now=now)
-    index = next(
-        (i for i, run in enumerate(state.in_flight) if command_id in run.outstanding), None
-    )
+    index = _find_run(draft, occurrence, attempt)
     if index is None:
-        return ScheduleDecision(state, ignored="unknown_command")
-    active = state.in_flight[index]
+        return ScheduleDecision(state, ignored="unknown_run")
+    active: ActiveRun = draft.values["in_flight"][index]
+    if not active.dispatched:
+        return ScheduleDecision(state, ignored="not_dispatched")
+    if not active.pending_commands:
+        return ScheduleDecision(state, ignored="no_pending")
     failed = outcome in (ReleaseOutcome.FAILED, ReleaseOutcome.TIMED_OUT)
     update: dict[str, Any] = {
-        "outstanding": tuple(c for c in active.outstanding if c != command_id),
+        "pending_commands": active.pending_commands - 1,
         "finished": active.finished + (0 if outcome is ReleaseOutcome.SUPERSEDED else 1),
     }
     if failed:
@@ -263,7 +269,7 @@ def run_finished(
             update["failed_host_ids"] = (*active.failed_host_ids, host_id)
     active = active.model_copy(update=update)
     _replace_run(draft, index, active)
-    if not active.outstanding:
+    if not active.pending_commands:
         if active.failed_host_ids or active.failed_unattributed:
             result = RunOutcome.FAILED
         else:

@@ -188,7 +188,7 @@ async def test_three_workers_and_a_kill_send_one_command_per_occurrence_and_host
                     seen[command["due_at"]].add(command["host_id"])
             return sum(1 for covered in seen.values() if covered == set(hosts))
 
-        await wait_until(lambda: full_sweeps() >= 1, timeout=50, what="a first full sweep")
+        await wait_until(lambda: full_sweeps() >= 1, timeout=90, what="a first full sweep")
         started[0].kill()  # kill -9 of the whole process group, mid-schedule.
         last_before_kill = max(c["due_at"] for c in by_schedule(fleet, "sweep"))
         workers(settings)

@@ -61,7 +61,7 @@ class Worker:
         self.sent.extend(requests)
         if not run.tracked:
             return state
-        after = run_dispatched(state, run, [r.command_id for r in requests], now=now)
+        after = run_dispatched(state, run, len(requests), now=now)
         assert after.state is not None
         # A run with no targets concludes at once and may release a buffered run or retry.
         for released in after.runs:
@@ -88,7 +88,8 @@ def test_schedule_life_through_the_worker_contract() -> None:
     failed_at = wake + 5 * MINUTE
     result = run_finished(
         worker.table[sched.id],
-        first.command_id,
+        wake,  # The run's occurrence, which the worker keeps beside each command id.
+        first.attempt,
         outcome=ReleaseOutcome.FAILED,
         host_id="h1",
         error="timeout talking to agent",

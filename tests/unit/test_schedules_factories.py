@@ -35,7 +35,6 @@ from streams.policy.schedules import (
     run_dispatched,
     run_finished,
 )
-from streams.policy.targets import occurrence_command_id
 
 T0 = datetime(2026, 3, 29, 0, 0, tzinfo=UTC)
 SCHEDULE_ID = "sched-1"
@@ -158,8 +157,7 @@ def dispatch(
     state: ScheduleState, run: RunPlan, host_ids: Sequence[str], *, now: datetime
 ) -> ScheduleState:
     """`state` after the worker sent one command per host of `run`."""
-    ids = [occurrence_command_id(run.schedule_id, run.occurrence, h, run.attempt) for h in host_ids]
-    decision = run_dispatched(state, run, ids, now=now)
+    decision = run_dispatched(state, run, len(set(host_ids)), now=now)
     assert decision.state is not None
     return decision.state
 
@@ -173,8 +171,15 @@ def finish(
     outcome: ReleaseOutcome = ReleaseOutcome.COMPLETED,
     error: str | None = None,
 ) -> ScheduleDecision:
-    command = occurrence_command_id(run.schedule_id, run.occurrence, host_id, run.attempt)
-    return run_finished(state, command, outcome=outcome, now=now, host_id=host_id, error=error)
+    return run_finished(
+        state,
+        run.occurrence,
+        run.attempt,
+        outcome=outcome,
+        now=now,
+        host_id=host_id,
+        error=error,
+    )
 
 
 def host(

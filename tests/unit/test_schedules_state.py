@@ -268,11 +268,40 @@ def test_manual_trigger_follows_the_overlap_policy() -> None:
 def test_run_with_no_targets_is_skipped_not_failed() -> None:
     decision = due_runs(hourly(), now=at(1))
     assert decision.state is not None
-    after = run_dispatched(decision.state, decision.runs[0], [], now=at(1))
+    after = run_dispatched(decision.state, decision.runs[0], 0, now=at(1))
     state = after.state
     assert state is not None
     assert state.skipped_runs == 1 and state.failed_runs == 0
     assert state.consecutive_failures == 0 and state.retry is None and state.in_flight == ()
+
+
+def test_a_result_before_the_run_is_dispatched_is_left_for_later() -> None:
+    decision = due_runs(hourly(), now=at(1))
+    assert decision.state is not None
+    early = finish(decision.state, decision.runs[0], "h1", now=at(1, 1))
+    assert early.ignored == "not_dispatched" and early.state == decision.state
+
+
+def test_a_run_ends_with_its_last_command_and_ignores_one_more_report() -> None:
+    decision = due_runs(hourly(), now=at(1))
+    assert decision.state is not None
+    run = decision.runs[0]
+    state = dispatch(decision.state, run, ["h1", "h2"], now=at(1))
+    one = finish(state, run, "h1", now=at(1, 5)).state
+    assert one is not None and one.in_flight[0].pending_commands == 1
+    both = finish(one, run, "h2", now=at(1, 6)).state
+    assert both is not None and both.in_flight == () and both.last_success_at == at(1, 6)
+    assert finish(both, run, "h2", now=at(1, 7)).ignored == "unknown_run"
+
+
+def test_run_state_does_not_grow_with_the_hosts_it_covers() -> None:
+    decision = due_runs(hourly(), now=at(1))
+    assert decision.state is not None
+    run = decision.runs[0]
+    one_host = dispatch(decision.state, run, ["h1"], now=at(1))
+    fleet = dispatch(decision.state, run, [f"h{n}" for n in range(50_000)], now=at(1))
+    # The stored state is rewritten on every result: its size must not scale with the run.
+    assert len(fleet.model_dump_json()) - len(one_host.model_dump_json()) < 8
 
 
 def test_run_whose_hosts_all_vanished_is_skipped() -> None:
@@ -363,7 +392,7 @@ def test_skipped_runs_neither_count_nor_reset_failures() -> None:
 def test_second_outcome_for_the_same_run_is_ignored() -> None:
     state, run = failed_once(hourly(), at(1))
     again = finish(state, run, "h1", now=at(1, 2), outcome=ReleaseOutcome.FAILED)
-    assert again.ignored == "unknown_command" and again.state == state
+    assert again.ignored == "unknown_run" and again.state == state
     duplicate = record_run_outcome(
         state, occurrence=at(1), attempt=1, outcome=RunOutcome.FAILED, now=at(1, 2)
     )
@@ -409,7 +438,7 @@ def test_object_event_starts_a_one_object_trigger_run(operation: Operation) -> N
     assert (run.occurrence, run.due_at) == (at(2), at(2, 1))
     assert run.object_attributes is not None and run.object_attributes.hostname == "web-9"
     assert decision.state is not None and decision.state.in_flight == ()
-    assert run_dispatched(decision.state, run, ["c"], now=at(2)).ignored == "untracked_run"
+    assert run_dispatched(decision.state, run, 1, now=at(2)).ignored == "untracked_run"
 
 
 @pytest.mark.parametrize(
@@ -588,7 +617,7 @@ def simulate(
                 attempt=active.attempt,
             )
             if action == "empty" or active.dispatched:
-                decision = run_dispatched(state, run, [], now=now)
+                decision = run_dispatched(state, run, 0, now=now)
             else:
                 state = dispatch(state, run, ["h1"], now=now)
                 outcome = ReleaseOutcome.COMPLETED if action == "succeed" else ReleaseOutcome.FAILED
