@@ -9,7 +9,7 @@ waiting up to a minute for the next boundary. start_at/end_at bound the schedule
 measured occurrences. The simulated fleet answers each command after 0.5–1 s, so a schedule's
 run is over long before its next occurrence. For every (schedule, occurrence) the bench takes
 the first command the system emitted for it: lateness = its `issued_at` − the occurrence
-(`due_at`), both stamped by the system. Kairos also records each run on kairos-schedules
+(`due_at`), both stamped by the system. Kairos also records each run on kairos-schedule-runs
 (`schedule.run`: `fired_at`, outcome, commands issued); those give runs recorded per
 occurrence and `fired_at` − occurrence. An occurrence without a command by the end of the run
 enters the distribution as end of run − occurrence, marked ≥.
@@ -244,14 +244,14 @@ def busy_spans(run: CronRun) -> list[tuple[float, float]]:
 
 
 class RunRecords(TopicWatcher):
-    """The `schedule.run` records on kairos-schedules (state records are skipped unparsed)."""
+    """The `schedule.run` records on kairos-schedule-runs."""
 
     def __init__(self, system: KairosSystem) -> None:
         self.records: list[dict[str, Any]] = []
-        super().__init__(system.settings, [system.settings.topics.schedules], self._collect)
+        super().__init__(system.settings, [system.settings.topics.schedule_runs], self._collect)
 
     def _collect(self, record: Any, received: float) -> None:
-        if record.value and b'"schedule.run"' in record.value[:64]:
+        if record.value:
             self.records.append(json.loads(record.value))
 
 
