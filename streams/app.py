@@ -395,7 +395,10 @@ class KairosWorker:
             self._outbox_ready.clear()
             batch, self._outbox = self._outbox, []
             await self.app.producer.flush()
-            for command in batch:
+            sent_at = self.clock.now()
+            for issued in batch:
+                # Stamped as it leaves, after the flush: what agents and lateness figures see.
+                command = issued.model_copy(update={"issued_at": max(sent_at, issued.issued_at)})
                 key = command.host_id.encode()
                 await self.scan_commands.send(key=key, value=codec.encode(command))
                 notice = CommandIssued(
