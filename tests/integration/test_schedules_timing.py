@@ -702,8 +702,19 @@ async def test_resume_catches_up_the_paused_time_by_the_catchup_policy(
         await sleep_until(clock, first + 40 * SECOND)
         for schedule_id in PAUSED:
             await bench.send_change(schedule_paused(schedule_id))
+
+        def paused_at(schedule_id: str) -> datetime | None:
+            state = bench.log.state(schedule_id)
+            return state.cursor if state is not None and state.paused else None
+
+        await wait_until(
+            lambda: all(paused_at(schedule_id) for schedule_id in PAUSED),
+            timeout=30,
+            what="both schedules paused",
+        )
+        last_run = max(paused_at(schedule_id) or first for schedule_id in PAUSED)
         # Resume 90 s after the second paused occurrence: too late for "skip" to run it.
-        await sleep_until(clock, first + 2 * TWO_MINUTES + 90 * SECOND)
+        await sleep_until(clock, last_run + 2 * TWO_MINUTES + 90 * SECOND)
         for schedule_id in PAUSED:
             await bench.send_change(schedule_resumed(schedule_id))
 
