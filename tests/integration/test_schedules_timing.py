@@ -19,7 +19,15 @@ from kairos.settings import Settings
 from schemas.schedules import ScheduleDisabled, ScheduleStatus, ScheduleTriggered
 from streams.policy.schedules import MISFIRE_TOLERANCE, schedule_status
 from streams.policy.targets import occurrence_command_id
-from tests.support.factories import host_created, host_deleted, host_updated, schedule_triggered
+from tests.support.factories import (
+    backfill_requested,
+    host_created,
+    host_deleted,
+    host_updated,
+    schedule_paused,
+    schedule_resumed,
+    schedule_triggered,
+)
 from tests.support.kafka import wait_until
 from tests.support.schedules import (
     ScheduleHarness,
@@ -367,7 +375,10 @@ async def test_overlap_policies_while_a_run_waits_for_a_slow_host(make_settings,
         await wait_until(lambda: len(held) == 3, timeout=30, what="a first run of each")
         first = {policy: due_at(held[policy]) for policy in OVERLAP}
         await wait_until(
-            lambda: all(len(due_while_in_flight(bench, p, first[p])) >= 2 for p in OVERLAP),
+            lambda: (
+                all(len(due_while_in_flight(bench, p, first[p])) >= 2 for p in OVERLAP)
+                and len(bench.log.occurrences("allow")) >= 2
+            ),
             timeout=30,
             what="two more occurrences of each while the slow host holds the first run",
         )
@@ -380,6 +391,8 @@ async def test_overlap_policies_while_a_run_waits_for_a_slow_host(make_settings,
             state = bench.log.state(policy)
             if state is None or any(r.occurrence == first[policy] for r in state.in_flight):
                 return False
+            if policy == "buffer_one":
+                return len([c for c in bench.commands(policy) if due_at(c) == blocked[-1]]) == 2
             return bench.log.occurrences(policy)[-1] >= blocked[-1]
 
         await wait_until(
@@ -409,13 +422,16 @@ async def test_overlap_policies_while_a_run_waits_for_a_slow_host(make_settings,
         occurrence_command_id("buffer_one", blocked[-1], host) for host in ("fast", "slow")
     }
 
-    # allow: every one starts beside the slow run; the slow host, still busy, is passed over.
+    # allow: every one starts beside the slow run; the slow host, busy until the test lets
+    # its command go, is passed over by those sent out before that.
     blocked, ran = ran_while_blocked("allow")
     assert len(blocked) >= 2 and ran == blocked
-    beside = [r for r in bench.log.runs("allow") if r.occurrence in blocked]
-    assert all(r.hosts_matched == 2 and r.commands_issued <= 1 for r in beside)
+    beside = [
+        r for r in bench.log.runs("allow") if r.occurrence in blocked and r.fired_at < released_at
+    ]
+    assert beside and all(r.hosts_matched == 2 and r.commands_issued <= 1 for r in beside)
     slow = {due_at(c) for c in bench.commands("allow") if c["host_id"] == "slow"}
-    assert not slow & set(blocked)
+    assert not slow & {r.occurrence for r in beside}
 
 
 # --- grace period ----------------------------------------------------------------------------
@@ -606,3 +622,126 @@ async def test_failed_runs_retry_with_backoff_then_disable_the_schedule_but_skip
     assert outcomes == {("skipped", 0)}
     assert idle is not None and idle.enabled and idle.skipped_runs >= 3
     assert (idle.failed_runs, idle.consecutive_failures, idle.retry) == (0, 0, None)
+
+
+# --- backfill and pause ------------------------------------------------------------------------
+
+
+async def test_backfill_runs_every_past_occurrence_in_the_range(make_settings, workers) -> None:
+    # Real speed from noon: the daily 03:00 run is fifteen hours away all test long.
+    settings, clock = scaled_settings(make_settings, 1.0, at=utc(2026, 6, 10, 12))
+    workers(settings)
+    async with schedule_harness(settings) as bench:
+        await bench.add_hosts("archive-1")
+        await bench.upsert(
+            "nightly",
+            recurrence={"kind": "cron", "expression": "0 3 * * *"},
+            targets={"object_ids": ["archive-1"]},
+        )
+        await bench.wait_for_schedules("nightly")
+        before = bench.log.state("nightly")
+        # From midnight to the third 03:00: the end is exclusive.
+        requested_at = clock.now()
+        await bench.send_change(backfill_requested("nightly", utc(2026, 6, 7), utc(2026, 6, 9, 3)))
+
+        def concluded() -> bool:
+            state = bench.log.state("nightly")
+            return len(bench.log.runs("nightly")) == 2 and state is not None and not state.in_flight
+
+        await wait_until(concluded, timeout=20, what="both backfill runs to conclude")
+
+    past = [utc(2026, 6, 7, 3), utc(2026, 6, 8, 3)]
+    assert bench.log.occurrences("nightly") == past
+    # A backfill run's command is due when the backfill was asked for. Only the first run's
+    # command is asserted: the runs start together and the second finds the host busy with
+    # the first's command, so it sends none (a gap between backfill and one command per host).
+    first = bench.commands("nightly")[0]
+    assert first["command_id"] == occurrence_command_id("nightly", past[0], "archive-1")
+    assert due_at(first) >= requested_at
+    # A backfill neither counts as a run nor moves the timetable on.
+    after = bench.log.state("nightly")
+    assert before is not None and after is not None
+    assert (after.runs, after.cursor, after.next_fire_at) == (0, before.cursor, utc(2026, 6, 11, 3))
+
+
+PAUSED = {"paused-once": {"catchup": "once"}, "paused-skip": {"catchup": "skip"}}
+
+
+def paused_span(bench: ScheduleHarness, schedule_id: str) -> tuple[datetime, datetime] | None:
+    """(cursor when the schedule was paused, instant the resume was decided), once resumed."""
+    states = [change.state for change in bench.log.states(schedule_id) if change.state]
+    paused = next((i for i, state in enumerate(states) if state.paused), None)
+    if paused is None:
+        return None
+    resumed = next((s for s in states[paused:] if not s.paused), None)
+    return (states[paused].cursor, resumed.updated_at) if resumed else None
+
+
+async def test_resume_catches_up_the_paused_time_by_the_catchup_policy(
+    make_settings, workers
+) -> None:
+    settings, clock = scaled_settings(make_settings, MINUTE_PER_SECOND)
+    workers(settings)
+    async with schedule_harness(settings) as bench:
+        await bench.configure(scan_timeout_seconds=LONGEST_SCAN_TIMEOUT)
+        for schedule_id, fields in PAUSED.items():
+            await bench.add_hosts(f"{schedule_id}-host")
+            await bench.upsert(
+                schedule_id,
+                recurrence=EVERY_TWO_MINUTES,
+                targets={"object_ids": [f"{schedule_id}-host"]},
+                overlap="allow",
+                **fields,
+            )
+        await wait_until(
+            lambda: all(bench.log.occurrences(schedule_id) for schedule_id in PAUSED),
+            timeout=30,
+            what="a first run of each",
+        )
+        first = max(bench.log.occurrences(schedule_id)[0] for schedule_id in PAUSED)
+        await sleep_until(clock, first + 40 * SECOND)
+        for schedule_id in PAUSED:
+            await bench.send_change(schedule_paused(schedule_id))
+
+        def paused_at(schedule_id: str) -> datetime | None:
+            state = bench.log.state(schedule_id)
+            return state.cursor if state is not None and state.paused else None
+
+        await wait_until(
+            lambda: all(paused_at(schedule_id) for schedule_id in PAUSED),
+            timeout=30,
+            what="both schedules paused",
+        )
+        last_run = max(paused_at(schedule_id) or first for schedule_id in PAUSED)
+        # Resume 90 s after the second paused occurrence: too late for "skip" to run it.
+        await sleep_until(clock, last_run + 2 * TWO_MINUTES + 90 * SECOND)
+        for schedule_id in PAUSED:
+            await bench.send_change(schedule_resumed(schedule_id))
+
+        def went_on(schedule_id: str) -> bool:
+            span = paused_span(bench, schedule_id)
+            occurrences = bench.log.occurrences(schedule_id)
+            return span is not None and occurrences[-1] > span[1]
+
+        await wait_until(
+            lambda: all(went_on(schedule_id) for schedule_id in PAUSED),
+            timeout=30,
+            what="a regular run of each after the resume",
+        )
+
+    for schedule_id in PAUSED:
+        span = paused_span(bench, schedule_id)
+        assert span is not None
+        cursor, resumed_at = span
+        missed = grid_between(cursor, resumed_at, TWO_MINUTES)
+        assert len(missed) >= 2, f"the pause held too few occurrences: {missed}"
+        ran = [o for o in bench.log.occurrences(schedule_id) if cursor < o <= resumed_at]
+        runs = {run.occurrence: run for run in bench.log.runs(schedule_id)}
+        assert all(runs[o].fired_at >= resumed_at for o in ran), "a run started while paused"
+        if schedule_id == "paused-once":
+            assert ran == missed[-1:]
+            (command,) = [c for c in bench.commands(schedule_id) if due_at(c) == missed[-1]]
+            expected = occurrence_command_id(schedule_id, missed[-1], f"{schedule_id}-host")
+            assert command["command_id"] == expected
+        else:
+            assert ran == [o for o in missed if resumed_at - o <= MISFIRE_TOLERANCE][-1:]
