@@ -769,6 +769,18 @@ class BufferedRun(Contract):
     manual: bool = False
 
 
+class QueuedRun(Contract):
+    """An occurrence waiting for the runs before it (a backfill, an "all" catch-up).
+
+    They run one after another: a host runs one command per scanner at a time, so runs
+    started together would leave every host to the first of them.
+    """
+
+    occurrence: Timestamp
+    due_at: Timestamp
+    backfill: bool = False
+
+
 class ScheduleStatus(StrEnum):
     ACTIVE = "active"
     PAUSED = "paused"
@@ -802,6 +814,7 @@ class ScheduleState(Contract):
     retry: PendingRetry | None = None
     in_flight: tuple[ActiveRun, ...] = ()
     buffered: BufferedRun | None = None
+    queued: tuple[QueuedRun, ...] = ()
     recent_event_ids: tuple[str, ...] = ()
     recent_run_keys: tuple[str, ...] = ()
     created_at: Timestamp

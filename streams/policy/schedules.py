@@ -33,6 +33,7 @@ from schemas.schedules import (
     NoRecurrence,
     OverlapPolicy,
     PendingRetry,
+    QueuedRun,
     RunOutcome,
     RunPlan,
     RunReason,
@@ -468,11 +469,14 @@ def _backfill(draft: _Draft, event: ScheduleBackfillRequested) -> tuple[str | No
     found = occurrences_between(draft.schedule, start, end, limit=MAX_BACKFILL_RUNS + 1)
     if len(found) > MAX_BACKFILL_RUNS:
         return None, f"backfill covers more than {MAX_BACKFILL_RUNS} occurrences; split it"
-    started = [
-        _start(draft, occurrence=occurrence.at, due_at=draft.now, backfill=True)
-        for occurrence in found
-    ]
-    return (None if any(started) else "nothing_to_backfill"), None
+    if not found:
+        return "nothing_to_backfill", None
+    # One after another, behind whatever is in flight (see QueuedRun).
+    _queue(
+        draft,
+        [QueuedRun(occurrence=o.at, due_at=draft.now, backfill=True) for o in found],
+    )
+    return None, None
 
 
 def _trigger_on_object(draft: _Draft, event: ObjectEvent) -> str | None:
@@ -511,6 +515,7 @@ def _advance(draft: _Draft, *, misfire_tolerance: timedelta) -> None:
         return
     _release_retry(draft)
     _release_buffered(draft)
+    _release_queued(draft)
     _fire_due_occurrences(draft, misfire_tolerance)
 
 
@@ -547,6 +552,24 @@ def _release_buffered(draft: _Draft) -> None:
         and not buffered.manual
     ):
         _count_run(draft, buffered.occurrence)
+
+
+def _release_queued(draft: _Draft) -> None:
+    """The next queued occurrence, once nothing is in flight."""
+    queued: tuple[QueuedRun, ...] = draft.values["queued"]
+    if not queued or draft.values["in_flight"]:
+        return
+    first, *rest = queued
+    draft.values["queued"] = tuple(rest)
+    _start(draft, occurrence=first.occurrence, due_at=first.due_at, backfill=first.backfill)
+
+
+def _queue(draft: _Draft, runs: Sequence[QueuedRun]) -> None:
+    """Queue `runs` behind any already queued, and start the first if nothing is in flight."""
+    known = {queued.occurrence for queued in draft.values["queued"]}
+    fresh = tuple(run for run in runs if run.occurrence not in known)
+    draft.values["queued"] = (*draft.values["queued"], *fresh)
+    _release_queued(draft)
 
 
 def _fire_due_occurrences(draft: _Draft, misfire_tolerance: timedelta) -> None:
@@ -604,7 +627,12 @@ def _fire_due_occurrences(draft: _Draft, misfire_tolerance: timedelta) -> None:
             _buffer(draft, BufferedRun(occurrence=latest.at, due_at=latest.fire_at))
         draft.dropped.extend(DroppedOccurrence(o.at, "overlap") for o in chosen)
         chosen = []
-    for occurrence in chosen:
+    if len(chosen) > 1 or (chosen and values["queued"]):
+        # CatchupPolicy.ALL, or runs already waiting: one after another (see QueuedRun).
+        for occurrence in chosen:
+            _count_run(draft, occurrence.at)
+        _queue(draft, [QueuedRun(occurrence=o.at, due_at=o.fire_at) for o in chosen])
+    for occurrence in chosen[:1] if len(chosen) == 1 else ():
         if _start(draft, occurrence=occurrence.at, due_at=occurrence.fire_at):
             _count_run(draft, occurrence.at)
     _plan_next(draft)

@@ -187,9 +187,22 @@ def test_catchup_once_runs_nothing_older_than_the_window() -> None:
 def test_catchup_all_runs_every_missed_occurrence_within_the_window() -> None:
     state = hourly(catchup=CatchupPolicy.ALL, catchup_window_seconds=3 * 3600)
     decision = due_runs(state, now=at(5, 30))
-    assert occurrences(decision.runs) == [at(3), at(4), at(5)]
-    assert decision.state is not None and decision.state.runs == 3
-    assert decision.state.next_fire_at == at(6)
+    # One after another: each reaches every host (one command per host and scanner at a time).
+    assert occurrences(decision.runs) == [at(3)]
+    state_after = decision.state
+    assert state_after is not None and state_after.runs == 3
+    assert [q.occurrence for q in state_after.queued] == [at(4), at(5)]
+    assert state_after.next_fire_at == at(6)
+    started_next = []
+    run = decision.runs[0]
+    for minute in (40, 50):
+        state_after = dispatch(state_after, run, ["h1"], now=at(5, minute - 5))
+        ended = finish(state_after, run, "h1", now=at(5, minute))
+        assert ended.state is not None
+        (run,) = ended.runs
+        started_next.append(run.occurrence)
+        state_after = ended.state
+    assert started_next == [at(4), at(5)] and state_after.queued == ()
 
 
 def test_catchup_after_a_month_long_outage_is_fast_and_runs_once() -> None:
@@ -219,7 +232,9 @@ def test_a_backlog_beyond_one_call_still_runs_once() -> None:
 def test_catchup_all_respects_max_runs() -> None:
     state = hourly(catchup=CatchupPolicy.ALL, max_runs=2)
     decision = due_runs(state, now=at(5, 30))
-    assert occurrences(decision.runs) == [at(1), at(2)]
+    assert occurrences(decision.runs) == [at(1)]
+    assert decision.state is not None
+    assert [q.occurrence for q in decision.state.queued] == [at(2)]
     assert [d.reason for d in decision.dropped if d.occurrence > at(2)] == ["max_runs"] * 3
     assert decision.state is not None and decision.state.next_fire_at is None
 
@@ -543,16 +558,19 @@ def test_events_for_an_unknown_schedule_are_ignored() -> None:
 def test_backfill_reruns_past_occurrences_without_counting_them() -> None:
     state = hourly()
     decision = decide_schedule(state, backfill(at(-5), at(-2)), now=T0)
-    assert occurrences(decision.runs) == [at(-5), at(-4), at(-3)]
-    assert all(run.backfill for run in decision.runs)
+    assert occurrences(decision.runs) == [at(-5)]
     assert decision.state is not None
+    assert [q.occurrence for q in decision.state.queued] == [at(-4), at(-3)]
+    assert all(run.backfill for run in (*decision.runs, *decision.state.queued))
     assert decision.state.runs == 0 and decision.state.cursor == state.cursor
 
 
 def test_backfill_stops_at_now_and_refuses_huge_ranges() -> None:
     state = hourly()
     clamped = decide_schedule(state, backfill(at(-2), at(10)), now=T0)
-    assert occurrences(clamped.runs) == [at(-2), at(-1)]
+    assert occurrences(clamped.runs) == [at(-2)]
+    assert clamped.state is not None
+    assert [q.occurrence for q in clamped.state.queued] == [at(-1)]
     huge = decide_schedule(state, backfill(at(-(MAX_BACKFILL_RUNS + 5)), T0), now=T0)
     assert huge.runs == () and huge.rejection is not None
 
@@ -664,8 +682,10 @@ def test_each_occurrence_starts_once_and_max_runs_holds(
     first_attempts = [p.occurrence for p in plans if p.attempt == 1 and not p.manual]
     assert len(first_attempts) == len(set(first_attempts))
     assert first_attempts == sorted(first_attempts)
-    assert state.runs == len(first_attempts) <= 12
+    waiting = [q.occurrence for q in state.queued if not q.backfill]
+    assert state.runs == len(first_attempts) + len(waiting) <= 12
+    assert not set(waiting) & set(first_attempts)
     keys = [(r.occurrence, r.attempt) for r in state.in_flight]
     assert len(keys) == len(set(keys))
-    if overlap is not OverlapPolicy.ALLOW and catchup is not CatchupPolicy.ALL:
+    if overlap is not OverlapPolicy.ALLOW:
         assert len(state.in_flight) <= 1
