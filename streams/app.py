@@ -395,10 +395,7 @@ class KairosWorker:
             self._outbox_ready.clear()
             batch, self._outbox = self._outbox, []
             await self.app.producer.flush()
-            sent_at = self.clock.now()
-            for issued in batch:
-                # Stamped as it leaves, after the flush: what agents and lateness figures see.
-                command = issued.model_copy(update={"issued_at": max(sent_at, issued.issued_at)})
+            for command in batch:
                 key = command.host_id.encode()
                 await self.scan_commands.send(key=key, value=codec.encode(command))
                 notice = CommandIssued(
