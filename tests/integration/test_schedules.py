@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from kairos.settings import Settings
+from schemas.topics import CONFIG_KEY
 from tests.support.agents import ScannerFleet
-from tests.support.factories import host_created
+from tests.support.factories import config_updated, host_created
 from tests.support.factories import schedule_upserted as upsert
 from tests.support.kafka import Collector, publish, start_producer, wait_until
 from tests.support.schedules import by_schedule
@@ -168,6 +169,8 @@ async def test_three_workers_and_a_kill_send_one_command_per_occurrence_and_host
 ) -> None:
     if broker_kind == "tansu":
         pytest.skip("multi-worker rebalancing is proved on Apache Kafka; tansu stalls rejoins")
+    # Half an hour a second: an hourly run every 2 s, scan deadlines of 2 s (the longest the
+    # config allows), and a run whose report a kill -9 lost concluded after RUN_TIMEOUT (48 s).
     settings = make_settings(
         partitions=12, clock_speed=HOUR_PER_SECOND / 2, clock_origin=datetime.now(UTC)
     )
@@ -176,6 +179,9 @@ async def test_three_workers_and_a_kill_send_one_command_per_occurrence_and_host
     hosts = [f"node-{number:03d}" for number in range(40)]
     producer = await start_producer(settings)
     async with ScannerFleet(settings) as fleet:
+        await publish(
+            producer, names.schedule_changes, CONFIG_KEY, config_updated(scan_timeout_seconds=3600)
+        )
         for host in hosts:
             await publish(producer, names.object_created, host, host_created(host))
         await asyncio.sleep(1.0)
@@ -224,14 +230,17 @@ async def test_interval_and_rrule_schedules_fire_at_their_instants(make_settings
     workers(settings)
     names = settings.topics
     producer = await start_producer(settings)
+    # Scan deadlines (minutes of scheduler time) pass in milliseconds here: commands time
+    # out and runs fail, so the schedules must not give up on themselves mid-test.
     targets = {"object_ids": ["rr-1"]}
+    keep_going = {"targets": targets, "max_retries": 100}
     async with ScannerFleet(settings) as fleet:
         await publish(producer, names.object_created, "rr-1", host_created("rr-1"))
         weekly = upsert(
             "weekly",
             recurrence={"kind": "interval", "days": 7},
             start_at="2026-01-19T00:00:00Z",
-            targets=targets,
+            **keep_going,
         )
         # RFC 5545: the last weekday of each month, 09:00 Amsterdam time.
         last_weekday = upsert(
@@ -239,7 +248,7 @@ async def test_interval_and_rrule_schedules_fire_at_their_instants(make_settings
             recurrence={"kind": "rrule", "rule": "FREQ=MONTHLY;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1"},
             timezone="Europe/Amsterdam",
             start_at="2026-01-01T09:00:00+01:00",
-            targets=targets,
+            **keep_going,
         )
         await publish(producer, names.schedule_changes, "weekly", weekly)
         await publish(producer, names.schedule_changes, "last-weekday", last_weekday)
