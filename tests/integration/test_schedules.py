@@ -220,11 +220,18 @@ async def test_three_workers_and_a_kill_send_one_command_per_occurrence_and_host
     assert len(distinct) == len(ids)
 
 
-async def test_interval_and_rrule_schedules_fire_at_their_instants(make_settings, workers) -> None:
+async def test_interval_and_rrule_schedules_fire_at_their_instants(
+    make_settings, workers, broker_kind: str
+) -> None:
     # Three scheduler days per second, from a Tuesday; both schedules target one host.
+    if broker_kind == "tansu":
+        pytest.skip("at three scheduler days a second, tansu's ~0.5 s per hop spans days")
+    # The clock reads 2026-01-20 only once the worker has had time to join its group;
+    # before that it reads earlier days, when nothing is due.
+    joined = timedelta(seconds=8)
     settings = make_settings(
         clock_speed=3 * 86_400.0,
-        clock_origin=datetime.now(UTC),
+        clock_origin=datetime.now(UTC) + joined,
         clock_start=datetime(2026, 1, 20, tzinfo=UTC),
     )
     workers(settings)
@@ -257,7 +264,7 @@ async def test_interval_and_rrule_schedules_fire_at_their_instants(make_settings
                 len({c["due_at"] for c in by_schedule(fleet, "last-weekday") if c["attempt"] == 1})
                 >= 2
             ),
-            timeout=40,
+            timeout=60,
             what="two monthly occurrences",
         )
     await producer.stop()
