@@ -465,12 +465,15 @@ async def run_now(bench: ScheduleHarness, *schedule_ids: str) -> list[ScheduleTr
     for trigger in triggers:
         await bench.send_change(trigger)
 
-    def finished(schedule_id: str) -> bool:
-        state = bench.log.state(schedule_id)
-        return state is not None and state.last_success_at is not None and not state.in_flight
+    def finished(trigger: ScheduleTriggered) -> bool:
+        state = bench.log.state(trigger.schedule_id)
+        concluded = state is not None and state.last_success_at is not None and not state.in_flight
+        # The run record travels on its own topic, so it may arrive after the state.
+        recorded = trigger.occurred_at in bench.log.occurrences(trigger.schedule_id)
+        return concluded and recorded
 
     await wait_until(
-        lambda: all(finished(schedule_id) for schedule_id in schedule_ids),
+        lambda: all(finished(trigger) for trigger in triggers),
         timeout=30,
         what=f"finished runs of {', '.join(schedule_ids)}",
     )
@@ -544,7 +547,11 @@ async def test_update_and_delete_triggers_run_for_that_host_only(make_settings, 
         for event in (created, promoted, demoted, deleted):
             await bench.send_object(event)
         await wait_until(
-            lambda: len(bench.log.runs("on-update")) == 2 and bench.commands("on-delete"),
+            lambda: (
+                len(bench.log.runs("on-update")) == 2
+                and bench.commands("on-delete")
+                and bench.log.runs("on-delete")
+            ),
             timeout=20,
             what="the trigger runs of both updates and of the delete",
         )
@@ -609,6 +616,9 @@ async def test_failed_runs_retry_with_backoff_then_disable_the_schedule_but_skip
             return state is not None and not state.enabled
 
         await wait_until(disabled, timeout=30, what="the schedule to disable itself")
+        await wait_until(
+            lambda: len(bench.log.failures("brittle")) == 3, timeout=20, what="three failed runs"
+        )
         await wait_until(
             lambda: len(bench.log.runs("idle")) >= 3, timeout=20, what="three idle runs"
         )
