@@ -514,8 +514,9 @@ def _advance(draft: _Draft, *, misfire_tolerance: timedelta) -> None:
     if not values["enabled"] or values["paused"]:
         return
     _release_retry(draft)
-    _release_buffered(draft)
+    # Queued occurrences are older than a buffered one: they go first, in order.
     _release_queued(draft)
+    _release_buffered(draft)
     _fire_due_occurrences(draft, misfire_tolerance)
 
 
@@ -564,12 +565,16 @@ def _release_queued(draft: _Draft) -> None:
     _start(draft, occurrence=first.occurrence, due_at=first.due_at, backfill=first.backfill)
 
 
-def _queue(draft: _Draft, runs: Sequence[QueuedRun]) -> None:
-    """Queue `runs` behind any already queued, and start the first if nothing is in flight."""
+def _queue(draft: _Draft, runs: Sequence[QueuedRun]) -> tuple[QueuedRun, ...]:
+    """Queue `runs` behind any already queued, and start the first if nothing is in flight.
+
+    Returns the runs that were not queued already.
+    """
     known = {queued.occurrence for queued in draft.values["queued"]}
     fresh = tuple(run for run in runs if run.occurrence not in known)
     draft.values["queued"] = (*draft.values["queued"], *fresh)
     _release_queued(draft)
+    return fresh
 
 
 def _fire_due_occurrences(draft: _Draft, misfire_tolerance: timedelta) -> None:
@@ -629,10 +634,11 @@ def _fire_due_occurrences(draft: _Draft, misfire_tolerance: timedelta) -> None:
         chosen = []
     if len(chosen) > 1 or (chosen and values["queued"]):
         # CatchupPolicy.ALL, or runs already waiting: one after another (see QueuedRun).
-        for occurrence in chosen:
-            _count_run(draft, occurrence.at)
-        _queue(draft, [QueuedRun(occurrence=o.at, due_at=o.fire_at) for o in chosen])
-    for occurrence in chosen[:1] if len(chosen) == 1 else ():
+        queued = _queue(draft, [QueuedRun(occurrence=o.at, due_at=o.fire_at) for o in chosen])
+        for run in queued:
+            _count_run(draft, run.occurrence)
+    elif chosen:
+        (occurrence,) = chosen
         if _start(draft, occurrence=occurrence.at, due_at=occurrence.fire_at):
             _count_run(draft, occurrence.at)
     _plan_next(draft)

@@ -205,6 +205,43 @@ def test_catchup_all_runs_every_missed_occurrence_within_the_window() -> None:
     assert started_next == [at(4), at(5)] and state_after.queued == ()
 
 
+def test_an_occurrence_due_while_catchup_runs_wait_joins_the_queue_once() -> None:
+    state = hourly(
+        catchup=CatchupPolicy.ALL, overlap=OverlapPolicy.ALLOW, catchup_window_seconds=3 * 3600
+    )
+    backlog = due_runs(state, now=at(2, 30))
+    assert backlog.state is not None and [q.occurrence for q in backlog.state.queued] == [at(2)]
+    decision = due_runs(backlog.state, now=at(3))
+    # Not started beside the queue (and again from it later): it waits its turn.
+    assert decision.runs == ()
+    assert decision.state is not None
+    assert [q.occurrence for q in decision.state.queued] == [at(2), at(3)]
+    assert decision.state.runs == 3
+
+
+def test_queued_catchup_runs_go_before_a_newer_buffered_occurrence() -> None:
+    state = hourly(
+        catchup=CatchupPolicy.ALL,
+        overlap=OverlapPolicy.BUFFER_ONE,
+        catchup_window_seconds=3 * 3600,
+    )
+    backlog = due_runs(state, now=at(2, 30))
+    (first,) = backlog.runs
+    assert backlog.state is not None
+    held = due_runs(backlog.state, now=at(3))
+    assert held.state is not None and held.state.buffered is not None
+    started_next = []
+    state, run = held.state, first
+    for minute in (10, 20):
+        state = dispatch(state, run, ["h1"], now=at(3, minute - 5))
+        ended = finish(state, run, "h1", now=at(3, minute))
+        assert ended.state is not None
+        (run,) = ended.runs
+        started_next.append(run.occurrence)
+        state = ended.state
+    assert [first.occurrence, *started_next] == [at(1), at(2), at(3)]
+
+
 def test_catchup_after_a_month_long_outage_is_fast_and_runs_once() -> None:
     state = created_state(schedule(cron("* * * * *"), catchup_window_seconds=3600))
     decision = due_runs(state, now=T0 + timedelta(days=30, seconds=30))
