@@ -50,6 +50,7 @@ from streams.partition_index import HostsByPartition
 from streams.policy.config import apply_config_change
 from streams.policy.dispatch import DispatchQueue
 from streams.policy.host import Decision, decide, wake_at
+from streams.policy.schedule_commands import origin_of
 from streams.projection.runner import Projector
 from streams.schedule_stage import ScheduleStage, is_schedule_message
 
@@ -182,11 +183,11 @@ class KairosWorker:
         except Undecodable as error:
             await self._dead_letter(topic, partition, offset, key, raw, str(error))
             return
-        if isinstance(parsed, ScanCompleted) and await self.schedule_stage.scan_completed(parsed):
+        here = origin_of(topic, partition, offset)
+        stage = self.schedule_stage
+        if isinstance(parsed, ScanCompleted) and await stage.scan_completed(parsed, here):
             return
-        if isinstance(parsed, CommandTimedOut) and await self.schedule_stage.command_timed_out(
-            parsed
-        ):
+        if isinstance(parsed, CommandTimedOut) and await stage.command_timed_out(parsed, here):
             return
         if isinstance(parsed, ConfigUpdated | SchedulerToggled | HostsInitializeRequested):
             await self._change_global(parsed, topic, partition, offset, key, raw)

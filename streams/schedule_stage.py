@@ -38,6 +38,18 @@ from streams import codec
 from streams.codec import Undecodable
 from streams.due_index import DueIndex
 from streams.partition_index import partition_of
+from streams.policy.schedule_commands import (
+    CommandEntry,
+    EndChoice,
+    FanOutChoice,
+    busy_key,
+    end_choice,
+    fan_out_choice,
+    last_ended_key,
+    last_scan,
+    last_scan_key,
+    marked_ended,
+)
 from streams.policy.schedules import (
     ScheduleDecision,
     decide_schedule,
@@ -162,7 +174,8 @@ class ScheduleStage:
         self.fanouts = app.Table(
             "schedule-fanouts", partitions=settings.partitions, key_type=str, value_type=bytes
         )
-        # Host side: command id -> schedule/host/scanner; "busy:host/scanner"; "last:host/scanner".
+        # Host side, the ledger of `streams.policy.schedule_commands`: command id -> entry;
+        # "busy:", "ended:" and "last:" + host/scanner.
         self.commands = app.Table(
             "schedule-commands", partitions=settings.partitions, key_type=str, value_type=bytes
         )
@@ -213,7 +226,7 @@ class ScheduleStage:
                 await self._collect(state, parsed, now)
                 return
             case ScheduleCommandEnded():
-                await self._command_ended(state, parsed, now)
+                await self._run_command_ended(state, parsed, now)
                 return
             case ScheduleObjectEvent():
                 decision = decide_schedule(state, parsed.event, now=now)
@@ -231,28 +244,26 @@ class ScheduleStage:
                 message = ScheduleObjectEvent(schedule_id=schedule.id, event=event)
                 await self._signal(schedule.id, message)
 
-    async def scan_completed(self, result: ScanCompleted) -> bool:
+    async def scan_completed(self, result: ScanCompleted, origin: str) -> bool:
         """Release a schedule command's slot and report it; False: not a schedule command."""
-        entry = self._pop_command(result.command_id, result.host_id)
+        succeeded = result.status is ScanStatus.SUCCEEDED
+        outcome = ReleaseOutcome.COMPLETED if succeeded else ReleaseOutcome.FAILED
+        entry = await self._command_ended(
+            result.command_id, result.host_id, outcome, result.error, origin
+        )
         if entry is None:
             return False
-        succeeded = result.status is ScanStatus.SUCCEEDED
-        if succeeded:
-            self.commands[f"last:{result.host_id}/{entry['scanner']}"] = (
-                result.completed_at.isoformat().encode()
-            )
-        outcome = ReleaseOutcome.COMPLETED if succeeded else ReleaseOutcome.FAILED
-        release = SlotReleased(command_id=result.command_id, outcome=outcome)
-        await self.worker.dispatch_topic.send(key=b"dispatch", value=codec.encode(release))
-        await self._report(entry, result.command_id, result.host_id, outcome, result.error)
+        if succeeded and entry.ended_by == origin:
+            last = last_scan_key(result.host_id, entry.scanner)
+            self.commands[last] = result.completed_at.isoformat().encode()
         return True
 
-    async def command_timed_out(self, signal: CommandTimedOut) -> bool:
-        entry = self._pop_command(signal.command_id, signal.host_id)
-        if entry is None:
-            return False
-        await self._report(entry, signal.command_id, signal.host_id, ReleaseOutcome.TIMED_OUT, None)
-        return True
+    async def command_timed_out(self, signal: CommandTimedOut, origin: str) -> bool:
+        """Report a schedule command's missed deadline; False: not a schedule command."""
+        ended = await self._command_ended(
+            signal.command_id, signal.host_id, ReleaseOutcome.TIMED_OUT, None, origin
+        )
+        return ended is not None
 
     # --- the timer --------------------------------------------------------------------
     async def tick(self, now: datetime) -> None:
@@ -383,7 +394,7 @@ class ScheduleStage:
         if changed:
             await self._store(state.schedule.id, state, after, now)
         for ended in early:
-            await self._command_ended(self._load(state.schedule.id), ended, now)
+            await self._run_command_ended(self._load(state.schedule.id), ended, now)
 
     async def _dispatched(
         self,
@@ -416,7 +427,7 @@ class ScheduleStage:
         )
         await self.runs.send(key=run.schedule_id.encode(), value=codec.encode(record))
 
-    async def _command_ended(
+    async def _run_command_ended(
         self, state: ScheduleState | None, ended: ScheduleCommandEnded, now: datetime
     ) -> None:
         if state is None:
@@ -443,43 +454,46 @@ class ScheduleStage:
         worker = self.worker
         schedule, run = fan_out.schedule, fan_out.run
         hosts = self._hosts_for(schedule, run, partition)
+        scanner = schedule.scanner
         last_scans: dict[str, datetime] = {}
         for host in hosts:
-            if schedule.scanner == ADAPTIVE_SCANNER and host.last_scan_completed:
+            if scanner == ADAPTIVE_SCANNER and host.last_scan_completed:
                 last_scans[host.host_id] = host.last_scan_completed
-            stored = self.commands.get(f"last:{host.host_id}/{schedule.scanner}")
-            if stored:
-                last_scans[host.host_id] = datetime.fromisoformat(stored.decode())
+            stored = last_scan(self.commands.get(last_scan_key(host.host_id, scanner)))
+            if stored is not None:
+                last_scans[host.host_id] = stored
         selection = select_targets(schedule, run, hosts, now=now, last_scan_by_scanner=last_scans)
-        chosen = [
-            host_id
-            for host_id in selection.host_ids
-            if partition_of(host_id, self.partitions) == partition
-            and f"busy:{host_id}/{schedule.scanner}" not in self.commands
-        ]
-        skipped = len(selection.host_ids) - len(chosen)
+        mine = [h for h in selection.host_ids if partition_of(h, self.partitions) == partition]
         states = {host.host_id: host.state for host in hosts}
-        requests = dispatch_requests(schedule, run, chosen, states=states)
-        for request in requests:
-            entry = {
-                "schedule_id": schedule.id,
-                "occurrence": run.occurrence.isoformat(),
-                "attempt": run.attempt,
-                "host_id": request.host_id,
-                "scanner": schedule.scanner,
-                "tracked": run.tracked,
-            }
-            self.commands[request.command_id] = codec.dumps(entry)
-            self.commands[f"busy:{request.host_id}/{schedule.scanner}"] = (
-                request.command_id.encode()
-            )
+        issued = 0
+        for request in dispatch_requests(schedule, run, mine, states=states):
+            entry = self._entry(request.command_id)
+            busy = busy_key(request.host_id, scanner)
+            held = self.commands.get(busy)
+            choice = fan_out_choice(entry, held.decode() if held is not None else None)
+            if choice is FanOutChoice.BUSY:
+                continue
+            issued += 1
+            if choice is FanOutChoice.ENDED:
+                continue
+            if choice is FanOutChoice.SEND:
+                entry = CommandEntry(
+                    schedule_id=schedule.id,
+                    occurrence=run.occurrence,
+                    attempt=run.attempt,
+                    host_id=request.host_id,
+                    scanner=scanner,
+                    tracked=run.tracked,
+                )
+                self.commands[request.command_id] = entry.model_dump_json().encode()
+            self.commands[busy] = request.command_id.encode()
             await worker.dispatch_topic.send(key=b"dispatch", value=codec.encode(request))
         done = ScheduleFanOutDone(
             schedule_id=schedule.id,
             run=run,
             partition=partition,
-            issued=len(requests),
-            skipped=skipped,
+            issued=issued,
+            skipped=len(selection.host_ids) - issued,
         )
         await self._signal(schedule.id, done)
 
@@ -499,40 +513,58 @@ class ScheduleStage:
                 hosts.append(HostSchedule.model_validate_json(stored))
         return hosts
 
-    def _pop_command(self, command_id: str, host_id: str) -> dict[str, Any] | None:
+    def _entry(self, command_id: str) -> CommandEntry | None:
         stored = self.commands.get(command_id)
-        if not stored:
-            return None
-        entry: dict[str, Any] = json.loads(stored)
-        if entry["host_id"] != host_id:
-            return None
-        self.commands.pop(command_id, None)
-        busy = f"busy:{host_id}/{entry['scanner']}"
-        held = self.commands.get(busy)
-        if held is not None and held.decode() == command_id:
-            self.commands.pop(busy, None)
-        return entry
+        return CommandEntry.model_validate_json(stored) if stored else None
 
-    async def _report(
+    async def _command_ended(
         self,
-        entry: dict[str, Any],
         command_id: str,
         host_id: str,
         outcome: ReleaseOutcome,
         error: str | None,
-    ) -> None:
-        if not entry.get("tracked", True):
-            return
-        ended = ScheduleCommandEnded(
-            schedule_id=entry["schedule_id"],
-            occurrence=entry["occurrence"],
-            attempt=entry["attempt"],
-            command_id=command_id,
-            host_id=host_id,
-            outcome=outcome,
-            error=error,
-        )
-        await self._signal(entry["schedule_id"], ended)
+        origin: str,
+    ) -> CommandEntry | None:
+        """Mark a schedule command ended (see `schedule_commands`); None: not a schedule command.
+
+        On its first end and on a replay of that input, the dispatcher's slot is released
+        (a timeout's slot the dispatcher freed itself) and the run is told.
+        """
+        entry = self._entry(command_id)
+        choice = end_choice(entry, host_id, origin)
+        if entry is None or choice is EndChoice.NOT_OURS:
+            return None
+        if choice is EndChoice.DUPLICATE:
+            self.counters["duplicate_schedule_command_end"] += 1
+            return entry
+        if choice is EndChoice.END:
+            entry = marked_ended(entry, outcome, error, origin)
+            self.commands[command_id] = entry.model_dump_json().encode()
+            busy = busy_key(host_id, entry.scanner)
+            held = self.commands.get(busy)
+            if held is not None and held.decode() == command_id:
+                self.commands.pop(busy, None)
+            newest = last_ended_key(host_id, entry.scanner)
+            previous = self.commands.get(newest)
+            if previous is not None and previous.decode() != command_id:
+                self.commands.pop(previous.decode(), None)
+            self.commands[newest] = command_id.encode()
+        assert entry.ended is not None
+        if entry.ended is not ReleaseOutcome.TIMED_OUT:
+            release = SlotReleased(command_id=command_id, outcome=entry.ended)
+            await self.worker.dispatch_topic.send(key=b"dispatch", value=codec.encode(release))
+        if entry.tracked:
+            report = ScheduleCommandEnded(
+                schedule_id=entry.schedule_id,
+                occurrence=entry.occurrence,
+                attempt=entry.attempt,
+                command_id=command_id,
+                host_id=host_id,
+                outcome=entry.ended,
+                error=entry.error,
+            )
+            await self._signal(entry.schedule_id, report)
+        return entry
 
     async def _signal(self, schedule_id: str, message: Contract) -> None:
         await self.worker.host_signals.send(key=schedule_id.encode(), value=codec.encode(message))

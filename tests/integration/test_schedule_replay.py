@@ -1,0 +1,115 @@
+"""A schedule command's end survives a worker killed between its ledger write and its report.
+
+A worker commits an input's offset only after its producer has flushed, so a `kill -9` leaves
+some of an input's effects on the broker and none of the rest, and the next worker processes
+the input again. The test builds that broken state on purpose, on a real broker: the result is
+published while the worker is down, and the host side's ledger (its changelog) is written to
+say that this very result already ended the command, as the first pass would have left it had
+the report to the schedule never left the producer. The restarted worker must report the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from schemas.internal import ReleaseOutcome
+from streams import codec
+from streams.admin import faust_topic_specs
+from streams.policy.schedule_commands import CommandEntry, marked_ended, origin_of
+from tests.support.factories import scan_result, schedule_triggered
+from tests.support.kafka import wait_until
+from tests.support.schedules import schedule_harness
+
+ON_DEMAND = {"kind": "none"}
+
+
+async def read_whole(settings: Any, topic: str) -> list[Any]:
+    """Every record on `topic` up to its current end."""
+    consumer = AIOKafkaConsumer(**settings.kafka_client_options(), group_id=None)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        records: list[Any] = []
+
+        async def behind() -> bool:
+            return any([await consumer.position(tp) < end for tp, end in ends.items()])
+
+        while await behind():
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                records.extend(batch)
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def test_a_result_replayed_after_its_report_was_lost_ends_the_run(
+    make_settings, workers, broker_kind: str
+) -> None:
+    if broker_kind == "tansu":
+        pytest.skip("a restarted worker takes ~30 s to rejoin its group on tansu")
+    settings = make_settings()
+    worker = workers(settings)
+    names = settings.topics
+    (ledger,) = [s.name for s in faust_topic_specs(settings) if "schedule-commands" in s.name]
+    # Agents that take the command and stay silent: the result is sent by hand, later.
+    async with schedule_harness(settings, answer=lambda command: False) as bench:
+        await bench.add_hosts("replayed-1")
+        await bench.upsert("replayed", recurrence=ON_DEMAND, targets={"object_ids": ["replayed-1"]})
+        await bench.wait_for_schedules("replayed")
+        await bench.send_change(schedule_triggered("replayed"))
+
+        def in_flight() -> bool:
+            state = bench.log.state("replayed")
+            return state is not None and bool(state.in_flight) and bool(bench.commands("replayed"))
+
+        await wait_until(in_flight, timeout=30, what="the run's command in flight")
+        (command,) = bench.commands("replayed")
+        worker.stop()  # Offsets and tables flushed: the worker has seen no result.
+
+        sent = await bench.producer.send_and_wait(
+            names.scan_completed,
+            codec.encode(scan_result(command)),
+            key=command["host_id"].encode(),
+        )
+        replayed_at = origin_of(sent.topic, sent.partition, sent.offset)
+        # What a first pass killed before its report left the producer would have flushed:
+        # the entry marked as ended by this result, and the host no longer busy.
+        records = await read_whole(settings, ledger)
+        (entry_record,) = [r for r in records if command["command_id"].encode() in r.key]
+        (busy_record,) = [r for r in records if b"busy:replayed-1/" in r.key]
+        entry = CommandEntry.model_validate_json(entry_record.value)
+        marked = marked_ended(entry, ReleaseOutcome.COMPLETED, None, replayed_at)
+        await bench.producer.send_and_wait(
+            ledger,
+            marked.model_dump_json().encode(),
+            key=entry_record.key,
+            partition=entry_record.partition,
+        )
+        await bench.producer.send_and_wait(
+            ledger, None, key=busy_record.key, partition=busy_record.partition
+        )
+
+        workers(settings)
+
+        def concluded() -> bool:
+            state = bench.log.state("replayed")
+            return state is not None and not state.in_flight and state.last_success_at is not None
+
+        await wait_until(concluded, timeout=60, what="the run to end on the replayed result")
+        # The host is free for the scanner again: the next run reaches it.
+        await bench.send_change(schedule_triggered("replayed"))
+        await wait_until(
+            lambda: len(bench.commands("replayed")) == 2, timeout=30, what="the next run's command"
+        )
+
+    final = bench.log.state("replayed")
+    assert final is not None and final.failed_runs == 0
+    first, second = bench.commands("replayed")
+    assert first["command_id"] != second["command_id"]
+    assert second["host_id"] == "replayed-1"
