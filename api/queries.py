@@ -103,6 +103,14 @@ _WAITING = "in_flight_command_id IS NULL"
 _OVERDUE = f"{_DUE} AND {_WAITING}"
 """Due, yet no worker has claimed it: the scheduler is paused, or a worker is behind."""
 
+OVERDUE_COUNT = f"SELECT count(*) FROM host_schedule WHERE {_OVERDUE}"
+"""Served by the index host_schedule_dispatchable (migration 004)."""
+DUE_SOON_COUNT = (
+    f"SELECT count(*) FROM host_schedule WHERE {_SCANNABLE}"
+    " AND next_scheduled_scan > %(now)s AND next_scheduled_scan < %(until)s"
+)
+"""Served by the index host_schedule_scannable (migration 006)."""
+
 
 async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusPublic:
     """Counters plus two range counts over the due index: no full scan at any fleet size."""
@@ -114,14 +122,9 @@ async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusP
     }
     by_state = {state.value: 0 for state in ComplianceState}
     by_state.update({row["state"]: int(row["hosts"]) for row in states})
-    overdue = await _count(
-        conn, f"SELECT count(*) FROM host_schedule WHERE {_OVERDUE}", {"now": now}
-    )
+    overdue = await _count(conn, OVERDUE_COUNT, {"now": now})
     due_next_hour = await _count(
-        conn,
-        f"SELECT count(*) FROM host_schedule WHERE {_SCANNABLE}"
-        " AND next_scheduled_scan > %(now)s AND next_scheduled_scan < %(until)s",
-        {"now": now, "until": now + timedelta(hours=1)},
+        conn, DUE_SOON_COUNT, {"now": now, "until": now + timedelta(hours=1)}
     )
     lag, backlog, applied_at = await get_projection_lag(conn)
     return StatusPublic(
