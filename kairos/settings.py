@@ -89,6 +89,12 @@ class Settings(BaseSettings):
     projector_enabled: bool = Field(
         default=True, description="Run the PostgreSQL projector inside each worker."
     )
+    producer_linger_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=1000,
+        description="How long the worker's producer waits to fill a batch before sending.",
+    )
     workdir: Path = Field(default=Path(".kairos/worker"), description="Worker's local data.")
     api_host: str = Field(default="127.0.0.1", description="API bind address.")
     api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")

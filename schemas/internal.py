@@ -22,6 +22,19 @@ class HostDue(Contract):
     wake_at: Timestamp
 
 
+class HostsDue(Contract):
+    """The due index's hosts of one partition whose wake-up times came in one tick.
+
+    One signal per partition and tick instead of one per host: a stream pass costs more
+    than the host it carries. Sent to the hosts' partition, so the table writes it makes
+    land in the right changelog partition.
+    """
+
+    kind: Literal["hosts.due"] = "hosts.due"
+    host_ids: tuple[str, ...] = Field(min_length=1)
+    wake_at: Timestamp
+
+
 class CommandIssued(Contract):
     kind: Literal["command.issued"] = "command.issued"
     host_id: str
@@ -47,7 +60,7 @@ class HostReplanRequested(Contract):
 
 
 HostSignal = Annotated[
-    HostDue | CommandIssued | CommandTimedOut | HostReplanRequested,
+    HostDue | HostsDue | CommandIssued | CommandTimedOut | HostReplanRequested,
     Field(discriminator="kind"),
 ]
 

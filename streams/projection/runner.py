@@ -7,6 +7,7 @@ scheduling runs in other consumers and never waits on it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from kairos.clock import Clock
 from kairos.db import DatabaseUnavailable, connect, redact
 from kairos.settings import Settings
+from schemas.base import Contract
 from schemas.internal import CommandTimedOut, ConfigPublished
 from streams import codec
 from streams.codec import Undecodable
@@ -27,6 +29,12 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 5000
 MAX_BACKOFF_SECONDS = 30.0
+COMMIT_EVERY_SECONDS = 1.0
+"""Offsets are committed at most this often: a restart replays at most that much, and the
+version guard makes the replay harmless. Committing every poll cost more than applying."""
+FETCH_MIN_BYTES = 64 * 1024
+FETCH_MAX_WAIT_MS = 50
+"""Fuller fetches under load, for at most 50 ms of added projection lag when idle."""
 
 
 class Projector:
@@ -58,18 +66,25 @@ class Projector:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=MAX_BATCH,
+            fetch_min_bytes=FETCH_MIN_BYTES,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
         await consumer.start()
         conn: psycopg.AsyncConnection | None = None
+        uncommitted = False
+        committed_at = time.monotonic()
         try:
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=MAX_BATCH)
                 changes = self._decode(batches)
                 if changes:
                     conn = await self._apply_until_done(consumer, conn, changes)
-                if batches:
+                uncommitted = uncommitted or bool(batches)
+                if uncommitted and time.monotonic() - committed_at >= COMMIT_EVERY_SECONDS:
                     await self._commit(consumer)
+                    uncommitted, committed_at = False, time.monotonic()
         finally:
+            # No last commit: the consumer's position may be past a batch that failed.
             if conn is not None:
                 await conn.close()
             await consumer.stop()
@@ -164,10 +179,14 @@ def _decoder(adapter: Any) -> Callable[[bytes | None], Change | None]:
     return decode
 
 
-def _only(kind: type, adapter: Any) -> Callable[[bytes | None], Change | None]:
+def _only(kind: type[Contract], adapter: Any) -> Callable[[bytes | None], Change | None]:
+    """Decode only records of `kind`; the others are passed over without parsing them."""
     decode = _decoder(adapter)
+    tag = f'"{kind.model_fields["kind"].default}"'.encode()
 
     def decode_kind(raw: bytes | None) -> Change | None:
+        if raw is None or tag not in raw:
+            return None
         change = decode(raw)
         return change if isinstance(change, kind) else None
 
