@@ -57,7 +57,10 @@ def cpu_seconds(pid: int) -> float | None:
 
 @dataclass
 class ChildProcess:
-    """A process the bench started (a `kairos worker` or a baseline), in its own group."""
+    """A process the bench started, in its own process group.
+
+    A `kairos worker`, a `kairos projector` or a baseline.
+    """
 
     name: str
     process: subprocess.Popen[bytes]
@@ -193,6 +196,10 @@ class BenchStack:
             name, [*kairos_executable(), "worker", "--workdir", str(workdir)], worker_env(settings)
         )
 
+    def start_projector(self, settings: Settings, name: str = "projector") -> ChildProcess:
+        """`kairos projector`: the read model's writer, in a process of its own."""
+        return self.spawn(name, [*kairos_executable(), "projector"], worker_env(settings))
+
     def start_python_module(
         self, name: str, module: str, args: list[str], env: dict[str, str] | None = None
     ) -> ChildProcess:
@@ -255,6 +262,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
             "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
             "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
             "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
+            "KAIROS_PROJECTOR_ENABLED": str(settings.projector_enabled).lower(),
             "KAIROS_CONNECT_TIMEOUT_SECONDS": str(settings.connect_timeout_seconds),
             "PYTHONUNBUFFERED": "1",
         }

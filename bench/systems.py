@@ -1,6 +1,8 @@
 """Systems under test that read the same input topics and emit scan-commands.
 
-`KairosSystem` runs `kairos worker` processes; `HeapqSystem` runs the bare heapq baseline.
+`KairosSystem` runs `kairos worker` processes with their in-process projector off, plus one
+`kairos projector` beside them, as docker-compose.yml deploys Kairos; `HeapqSystem` runs the
+bare heapq baseline.
 Both take the same events (object-created, scan-completed) and config knobs, so a
 scenario drives either through the same code and reads the same fields back.
 """
@@ -16,6 +18,7 @@ from typing import Any
 from bench.kafka_io import Offsets, create_topics, start_producer
 from bench.load import update_config
 from bench.stack import BenchStack, ChildProcess, wait_ready
+from kairos.cli import PROJECTOR_STARTED_LINE
 from kairos.settings import Settings
 
 HOST_KEYED_TABLES = ("hosts", "schedules", "schedule-fanouts", "schedule-commands")
@@ -30,13 +33,15 @@ class KairosSystem:
     name: str = "kairos"
     settings: Settings = field(init=False)
     processes: list[ChildProcess] = field(default_factory=list)
+    """The workers only, oldest first (recovery kills `processes[0]`)."""
+    projector: ChildProcess | None = None
 
     def __post_init__(self) -> None:
-        self.settings = self.stack.settings(self.stem)
+        self.settings = self.stack.settings(self.stem, projector_enabled=False)
 
     @property
     def label(self) -> str:
-        return f"Kairos ({self.workers} worker{'s' if self.workers > 1 else ''})"
+        return f"Kairos ({self.workers} worker{'s' if self.workers > 1 else ''} + projector)"
 
     @property
     def group(self) -> str:
@@ -53,14 +58,33 @@ class KairosSystem:
         ]
 
     def pids(self) -> dict[str, int]:
+        """Workers as `worker0`, `worker1`, … and the projector as `projector`, while alive."""
         alive = [p for p in self.processes if p.alive()]
-        return {f"worker{index}": p.pid for index, p in enumerate(alive)}
+        pids = {f"worker{index}": p.pid for index, p in enumerate(alive)}
+        if self.projector is not None and self.projector.alive():
+            pids["projector"] = self.projector.pid
+        return pids
 
     async def start_worker(self) -> ChildProcess:
         worker = self.stack.start_worker(self.settings, name=f"{self.stem}-worker")
         self.processes.append(worker)
         await asyncio.to_thread(wait_ready, worker, 180.0)
         return worker
+
+    async def start_projector(self) -> ChildProcess:
+        projector = self.stack.start_projector(self.settings, name=f"{self.stem}-projector")
+        self.projector = projector
+        await asyncio.to_thread(wait_ready, projector, 120.0, PROJECTOR_STARTED_LINE)
+        return projector
+
+    def projected_topics(self) -> list[str]:
+        """The projector's inputs that carry per-host rows (it follows a few more)."""
+        names = self.settings.topics
+        return [names.host_state, names.scan_commands, names.scan_completed]
+
+    @property
+    def projector_group(self) -> str:
+        return f"{self.group}-projector"
 
     async def precreate_faust_topics(self) -> None:
         """Create Faust's changelog and leader topics before the first worker starts.
@@ -86,7 +110,9 @@ class KairosSystem:
 
     async def start(self, **config: Any) -> None:
         await self.precreate_faust_topics()
-        await asyncio.gather(*(self.start_worker() for _ in range(self.workers)))
+        await asyncio.gather(
+            *(self.start_worker() for _ in range(self.workers)), self.start_projector()
+        )
         producer = await start_producer(self.settings)
         try:
             await update_config(producer, self.settings, **config)
@@ -108,6 +134,8 @@ class KairosSystem:
     def stop(self) -> None:
         for process in self.processes:
             process.stop(grace=10.0)
+        if self.projector is not None:
+            self.projector.stop(grace=10.0)
 
 
 @dataclass

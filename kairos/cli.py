@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sys
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kairos.settings import Settings
+
+if TYPE_CHECKING:
+    from streams.projection.runner import Projector
 
 app = typer.Typer(
     help="Kairos: an event-sourced scan scheduler on Kafka streams.", no_args_is_help=True
@@ -28,6 +32,9 @@ app.add_typer(token_app, name="token")
 app.add_typer(schedules_app, name="schedules")
 
 log = logging.getLogger("kairos")
+
+PROJECTOR_STARTED_LINE = "projector started"
+"""Logged once `kairos projector` has passed its dependency checks; supervisors wait for it."""
 
 
 class BrokerChoice(StrEnum):
@@ -111,6 +118,59 @@ def run_worker(settings: Settings) -> None:
         workdir=str(settings.workdir),
         override_logging=False,
     ).execute_from_commandline()
+
+
+@app.command("projector")
+def projector_command(
+    clock_speed: Annotated[
+        float | None,
+        typer.Option(help="Match workers started with the same --clock-speed (simulations)."),
+    ] = None,
+) -> None:
+    """Keep the PostgreSQL read model current in a process of its own.
+
+    Pair it with workers started with KAIROS_PROJECTOR_ENABLED=false. Ctrl-C stops it.
+    """
+    _logging()
+    settings = _settings(clock_speed=clock_speed)
+    prepare_dependencies(settings, topics=True)
+    run_projector(settings)
+
+
+def run_projector(settings: Settings) -> None:
+    from kairos.clock import clock_for_speed
+    from streams.projection.runner import Projector
+
+    # The clock a worker builds, so projection_progress lag is measured in scheduler time.
+    clock = clock_for_speed(settings.clock_speed, settings.clock_origin, settings.clock_start)
+    projector = Projector(settings, clock)
+    try:
+        asyncio.run(_project_until_signalled(projector, settings))
+    except Exception:  # noqa: BLE001 - the process's top level: say why it died, exit non-zero
+        log.exception("projector stopped by an error")
+        raise typer.Exit(code=1) from None
+    log.info("projector stopped; %d changes applied", projector.applied)
+
+
+async def _project_until_signalled(projector: Projector, settings: Settings) -> None:
+    """Project until SIGTERM or SIGINT, then let the consumer leave its group cleanly."""
+    # The handlers only set an event: cancelling from them, a second Ctrl-C would also
+    # cancel the consumer's clean stop in the projector's `finally`.
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(stop_signal, stop_requested.set)
+    projecting = asyncio.create_task(projector.run(), name="projector")
+    stopping = asyncio.create_task(stop_requested.wait(), name="stop-requested")
+    group = f"{settings.topic_prefix}{settings.app_id}-projector"
+    log.info("%s: consumer group %s", PROJECTOR_STARTED_LINE, group)
+    await asyncio.wait({projecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    projecting.cancel()
+    try:
+        await projecting
+    except asyncio.CancelledError:
+        pass
 
 
 @app.command()

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from kairos.settings import Settings
-from tests.support.stack import WorkerProcess, chosen_broker, start_worker, unique_name
+from tests.support.stack import (
+    ProjectorProcess,
+    WorkerProcess,
+    chosen_broker,
+    start_projector,
+    start_worker,
+    unique_name,
+)
 
 
 @pytest.fixture(scope="session")
@@ -116,3 +123,20 @@ def workers(tmp_path: Path) -> Iterator[Callable[[Settings], WorkerProcess]]:
     yield launch
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def projectors(tmp_path: Path) -> Iterator[Callable[[Settings], ProjectorProcess]]:
+    """Starts `kairos projector` processes; all are stopped after the test."""
+    started: list[ProjectorProcess] = []
+
+    def launch(settings: Settings, *, wait: bool = True) -> ProjectorProcess:
+        projector = start_projector(settings, tmp_path / f"projector-{len(started)}")
+        started.append(projector)
+        if wait:
+            projector.wait_ready()
+        return projector
+
+    yield launch
+    for projector in started:
+        projector.stop()

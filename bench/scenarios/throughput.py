@@ -117,8 +117,9 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
         "per applied result; heapq: its own applied counter)."
     )
     result.notes.append(
-        "Both workers, the broker, PostgreSQL (the projector runs inside each worker) and the "
-        "bench share the same 2 cores; a second worker can only help as far as a core is free."
+        "The workers, their projector (a process of its own, `kairos projector`), the broker, "
+        "PostgreSQL and the bench share the same 2 cores; a second worker can only help as far "
+        "as a core is free."
     )
     png = ctx.plot_path(KEY, "applied")
     panels = {label: {"results applied": ([p[0] for p in v["points"]],

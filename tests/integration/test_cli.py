@@ -25,7 +25,7 @@ def run_kairos(settings: Settings, *args: str, timeout: float = 60) -> subproces
     )
 
 
-@pytest.mark.parametrize("command", [["worker"], ["api"], ["db", "migrate"]])
+@pytest.mark.parametrize("command", [["worker"], ["projector"], ["api"], ["db", "migrate"]])
 def test_unreachable_dependency_gets_one_clear_line_and_a_nonzero_exit_quickly(
     settings: Settings, command: list[str]
 ) -> None:

@@ -11,7 +11,9 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from kairos.cli import PROJECTOR_STARTED_LINE
 from kairos.settings import Settings
 
 WORKER_READY_LINE = "Worker ready"
@@ -34,11 +36,13 @@ def unique_name(stem: str) -> str:
 
 
 @dataclass
-class WorkerProcess:
-    """A `kairos worker` subprocess, as operators run it."""
+class KairosProcess:
+    """A `kairos` subprocess, as operators run it, in its own process group."""
 
     process: subprocess.Popen[bytes]
     log_path: Path
+    role: ClassVar[str] = "kairos"
+    ready_line: ClassVar[str]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -47,24 +51,39 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"worker exited early:\n{self.log()[-4000:]}")
-            if WORKER_READY_LINE in self.log():
+                raise AssertionError(f"{self.role} exited early:\n{self.log()[-4000:]}")
+            if self.ready_line in self.log():
                 return
             time.sleep(0.2)
-        raise AssertionError(f"worker not ready in {timeout}s:\n{self.log()[-4000:]}")
+        raise AssertionError(f"{self.role} not ready in {timeout}s:\n{self.log()[-4000:]}")
 
     def kill(self) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
 
-    def stop(self) -> None:
+    def stop(self, stop_signal: signal.Signals = signal.SIGTERM) -> None:
+        """SIGTERM as `docker stop` sends it (SIGINT: Ctrl-C); SIGKILL after 20 s."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            os.killpg(self.process.pid, stop_signal)
             try:
                 self.process.wait(20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class WorkerProcess(KairosProcess):
+    """`kairos worker`: ready once Faust has joined the group and recovered its tables."""
+
+    role = "worker"
+    ready_line = WORKER_READY_LINE
+
+
+class ProjectorProcess(KairosProcess):
+    """`kairos projector`: ready once it has passed its dependency checks and is consuming."""
+
+    role = "projector"
+    ready_line = PROJECTOR_STARTED_LINE
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -84,6 +103,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
             "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
             "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
             "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
+            "KAIROS_PROJECTOR_ENABLED": str(settings.projector_enabled).lower(),
             "PYTHONUNBUFFERED": "1",
             **(
                 {"KAIROS_CLOCK_ORIGIN": settings.clock_origin.isoformat()}
@@ -117,3 +137,17 @@ def start_worker(settings: Settings, workdir: Path) -> WorkerProcess:
         start_new_session=True,
     )
     return WorkerProcess(process, log_path)
+
+
+def start_projector(settings: Settings, log_directory: Path) -> ProjectorProcess:
+    log_directory.mkdir(parents=True, exist_ok=True)
+    log_path = log_directory / "projector.log"
+    log_file = log_path.open("ab")
+    process = subprocess.Popen(
+        [*kairos_executable(), "projector"],
+        env=settings_env(settings),
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return ProjectorProcess(process, log_path)

@@ -31,7 +31,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 KAFKA_SERVICES = ("kafka-1", "kafka-2", "kafka-3")
-KAIROS_SERVICES = ("worker", "api")
+KAIROS_SERVICES = ("worker", "projector", "api")
 HEALTHCHECKED_SERVICES = (*KAFKA_SERVICES, "postgres", "api")
 # Values the operator must supply; stand-ins used to resolve the file as compose would.
 OPERATOR_ENV = {"POSTGRES_PASSWORD": "pg-test-password", "KAIROS_TOKEN_SECRET": "token-test-secret"}
@@ -190,7 +190,7 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[Mapping[str, str]
 
 # --- services ------------------------------------------------------------------------------
 def test_expected_services_exist(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {*KAFKA_SERVICES, "postgres", "worker", "api"}
+    assert set(compose["services"]) == {*KAFKA_SERVICES, "postgres", *KAIROS_SERVICES}
 
 
 def test_kairos_services_share_the_x_kairos_env_anchor(compose: dict[str, Any]) -> None:
@@ -201,7 +201,7 @@ def test_kairos_services_share_the_x_kairos_env_anchor(compose: dict[str, Any]) 
         assert {key: env[key] for key in shared} == {k: str(v) for k, v in shared.items()}, name
 
 
-def test_worker_and_api_build_the_project_image(compose: dict[str, Any]) -> None:
+def test_kairos_services_build_the_project_image(compose: dict[str, Any]) -> None:
     for name in KAIROS_SERVICES:
         build = compose["services"][name]["build"]
         context = build if isinstance(build, str) else build.get("context", ".")
@@ -214,6 +214,18 @@ def test_worker_runs_two_replicas(compose: dict[str, Any]) -> None:
     # A fixed container name or a published port would stop the second replica starting.
     assert "container_name" not in worker
     assert "ports" not in worker
+
+
+def test_projection_runs_in_the_projector_service_not_in_the_workers(
+    resolved: dict[str, Any], isolated_env: Callable[[Mapping[str, str]], None]
+) -> None:
+    services = resolved["services"]
+    isolated_env(environment(services["worker"]))
+    assert Settings().projector_enabled is False, "workers must leave projection to the service"
+    projector = services["projector"]
+    assert projector["command"] == ["kairos", "projector"]
+    assert "ports" not in projector
+    assert projector["depends_on"]["worker"]["condition"] == "service_started"
 
 
 # --- kafka ---------------------------------------------------------------------------------
@@ -358,6 +370,7 @@ def test_kairos_service_waits_for_healthy_kafka_and_postgres(
     ("name", "expected"),
     [
         ("worker", ["kairos", "worker"]),
+        ("projector", ["kairos", "projector"]),
         ("api", ["kairos", "api", "--host", "0.0.0.0", "--port", "8000"]),
     ],
 )
