@@ -2,11 +2,11 @@
 
 A worker commits an input's offset only after its producer has flushed, so a `kill -9` leaves
 some of an input's effects on the broker and none of the rest, and the next worker processes
-the input again. The test builds that broken state on purpose, on a real broker: the result is
-published while the worker is down, and the host side's ledger (its changelog) is written to
-say that this very result already ended the command, as the first pass would have left it had
-the report to the schedule never left the producer. The restarted worker must report the end.
-"""
+the input again. The test builds that broken state on purpose, on a real broker: while the
+worker is down, the host side's ledger (its changelog) is written to say that the command's
+result, the next record of its partition, already ended the command, as a first pass would
+have left it had its report to the schedule never left the producer. When that record then
+reaches the restarted worker, it must report the end."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.internal import ReleaseOutcome
 from streams import codec
 from streams.admin import faust_topic_specs
+from streams.partition_index import partition_of
 from streams.policy.schedule_commands import CommandEntry, marked_ended, origin_of
 from tests.support.factories import scan_result, schedule_triggered
 from tests.support.kafka import wait_until
@@ -48,6 +49,15 @@ async def read_whole(settings: Any, topic: str) -> list[Any]:
         await consumer.stop()
 
 
+async def end_offset(settings: Any, partition: TopicPartition) -> int:
+    consumer = AIOKafkaConsumer(**settings.kafka_client_options(), group_id=None)
+    await consumer.start()
+    try:
+        return int((await consumer.end_offsets([partition]))[partition])
+    finally:
+        await consumer.stop()
+
+
 async def test_a_result_replayed_after_its_report_was_lost_ends_the_run(
     make_settings, workers, broker_kind: str
 ) -> None:
@@ -57,7 +67,8 @@ async def test_a_result_replayed_after_its_report_was_lost_ends_the_run(
     worker = workers(settings)
     names = settings.topics
     (ledger,) = [s.name for s in faust_topic_specs(settings) if "schedule-commands" in s.name]
-    # Agents that take the command and stay silent: the result is sent by hand, later.
+
+    # Agents that take the commands and stay silent: the result is sent by hand, later.
     async with schedule_harness(settings, answer=lambda command: False) as bench:
         await bench.add_hosts("replayed-1")
         await bench.upsert("replayed", recurrence=ON_DEMAND, targets={"object_ids": ["replayed-1"]})
@@ -72,14 +83,15 @@ async def test_a_result_replayed_after_its_report_was_lost_ends_the_run(
         (command,) = bench.commands("replayed")
         worker.stop()  # Offsets and tables flushed: the worker has seen no result.
 
-        sent = await bench.producer.send_and_wait(
+        # The result will be the next record of its partition: that record is what the
+        # ledger says ended the command, as a first pass killed before its report left the
+        # producer would have left it (the entry marked ended, the host no longer busy).
+        partition = partition_of(command["host_id"], settings.partitions)
+        replayed_at = origin_of(
             names.scan_completed,
-            codec.encode(scan_result(command)),
-            key=command["host_id"].encode(),
+            partition,
+            await end_offset(settings, TopicPartition(names.scan_completed, partition)),
         )
-        replayed_at = origin_of(sent.topic, sent.partition, sent.offset)
-        # What a first pass killed before its report left the producer would have flushed:
-        # the entry marked as ended by this result, and the host no longer busy.
         records = await read_whole(settings, ledger)
         (entry_record,) = [r for r in records if command["command_id"].encode() in r.key]
         (busy_record,) = [r for r in records if b"busy:replayed-1/" in r.key]
@@ -95,7 +107,15 @@ async def test_a_result_replayed_after_its_report_was_lost_ends_the_run(
             ledger, None, key=busy_record.key, partition=busy_record.partition
         )
 
+        # Sent once the new worker runs: a record already waiting when a worker restarts
+        # can reach its agent late (a Faust recovery race this test is not about).
         workers(settings)
+        sent = await bench.producer.send_and_wait(
+            names.scan_completed,
+            codec.encode(scan_result(command)),
+            key=command["host_id"].encode(),
+        )
+        assert origin_of(sent.topic, sent.partition, sent.offset) == replayed_at
 
         def concluded() -> bool:
             state = bench.log.state("replayed")
