@@ -1,0 +1,51 @@
+"""Events that wait in the topics while no worker runs are all handled once one starts.
+
+The group has committed offsets on some partitions only (those its one early host used), so
+the restarted worker resumes some partitions from committed offsets and reads the others from
+their beginning.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kairos.settings import Settings
+from tests.support.agents import ScannerFleet
+from tests.support.factories import host_created
+from tests.support.kafka import publish, start_producer, wait_until
+
+pytestmark = pytest.mark.integration
+
+WAITING_HOSTS = 200
+
+
+async def test_hosts_created_while_no_worker_ran_are_all_scanned_once_one_starts(
+    settings: Settings, workers, broker_kind: str
+) -> None:
+    if broker_kind == "tansu":
+        pytest.skip("a restarted worker takes ~30 s to rejoin its group on tansu")
+    names = settings.topics
+    producer = await start_producer(settings)
+    first = workers(settings)
+    try:
+        # The group handles one host, so it has committed offsets on some partitions only.
+        async with ScannerFleet(settings) as fleet:
+            await publish(producer, names.object_created, "early", host_created("early"))
+            await wait_until(lambda: fleet.commands, timeout=30, what="the early host's scan")
+        first.stop()
+        hosts = [f"waiting-{number:03d}" for number in range(WAITING_HOSTS)]
+        for host in hosts:
+            await publish(producer, names.object_created, host, host_created(host))
+        async with ScannerFleet(settings) as fleet:
+            workers(settings)
+
+            def scanned() -> set[str]:
+                return {command["host_id"] for command in fleet.commands}
+
+            await wait_until(
+                lambda: scanned() >= set(hosts),
+                timeout=60,
+                what=f"a first scan of each of the {WAITING_HOSTS} waiting hosts",
+            )
+    finally:
+        await producer.stop()
