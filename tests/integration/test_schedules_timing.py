@@ -342,7 +342,9 @@ async def test_occurrences_missed_in_an_outage_are_caught_up_by_each_policy(
         for occurrence in fired:
             assert issued[occurrence] == occurrence_command_id(schedule_id, occurrence, host)
     # "skip" runs an occurrence only while it is on time; a restart may come back in time.
-    assert ran["catch-skip"] == [] if outage == "suspend" else len(ran["catch-skip"]) <= 1
+    # One due after the worker was back is on time (a slow broker can delay the decision).
+    skipped_missed = [o for o in ran["catch-skip"] if o <= back]
+    assert skipped_missed == [] if outage == "suspend" else len(skipped_missed) <= 1
     assert len(ran["catch-once"]) == 1
     assert 2 <= len(ran["catch-all"]) <= 3  # The window holds two or three, of four or more.
 
