@@ -54,5 +54,11 @@ async def test_hosts_created_while_no_worker_ran_are_all_scanned_once_one_starts
                 timeout=60,
                 what=f"a first scan of each of the {WAITING_HOSTS} waiting hosts",
             )
+        first_ids = {
+            (command["host_id"], command["command_id"])
+            for command in fleet.commands
+            if command["host_id"] in set(hosts) and command["attempt"] == 1
+        }
+        assert len(first_ids) == WAITING_HOSTS, "one first command per waiting host"
     finally:
         await producer.stop()
