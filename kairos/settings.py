@@ -95,6 +95,12 @@ class Settings(BaseSettings):
         le=1000,
         description="How long the worker's producer waits to fill a batch before sending.",
     )
+    fault_offset_fetch_delay_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description="Fault injection for tests: delay each committed-offset look-up.",
+    )
     workdir: Path = Field(default=Path(".kairos/worker"), description="Worker's local data.")
     api_host: str = Field(default="127.0.0.1", description="API bind address.")
     api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")

@@ -47,12 +47,14 @@ from schemas.state import HostSchedule, HostStateChanged
 from streams import codec
 from streams.codec import Undecodable
 from streams.due_index import DueIndex
+from streams.faults import delay_offset_fetches
 from streams.partition_index import HostsByPartition, partition_of
 from streams.policy.config import apply_config_change
 from streams.policy.dispatch import DispatchQueue
 from streams.policy.host import Decision, decide, wake_at
 from streams.policy.schedule_commands import origin_of
 from streams.projection.runner import Projector
+from streams.recovery import OrderedTableManager
 from streams.schedule_stage import ScheduleStage, is_schedule_message
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class KairosWorker:
         self._dispatcher_woken_pending = False
         self._outbox: list[ScanCommand] = []
         self._outbox_ready = asyncio.Event()
+        delay_offset_fetches(settings.fault_offset_fetch_delay_seconds)
         self.app = self._build_app()
 
     # --- wiring ---------------------------------------------------------------------
@@ -106,6 +109,7 @@ class KairosWorker:
             broker_heartbeat_interval=3.0,
             broker_commit_interval=1.0,
             table_standby_replicas=0,
+            TableManager=OrderedTableManager,
             **self._faust_security(),
         )
         raw = {"key_serializer": "raw", "value_serializer": "raw"}

@@ -104,6 +104,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
             "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
             "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
             "KAIROS_PROJECTOR_ENABLED": str(settings.projector_enabled).lower(),
+            "KAIROS_FAULT_OFFSET_FETCH_DELAY_SECONDS": str(
+                settings.fault_offset_fetch_delay_seconds
+            ),
             "PYTHONUNBUFFERED": "1",
             **(
                 {"KAIROS_CLOCK_ORIGIN": settings.clock_origin.isoformat()}
