@@ -101,6 +101,12 @@ class Settings(BaseSettings):
         le=10,
         description="Fault injection for tests: delay each committed-offset look-up.",
     )
+    fault_command_send_delay_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=60,
+        description="Fault injection for tests: hold commands after their slots are durable.",
+    )
     workdir: Path = Field(default=Path(".kairos/worker"), description="Worker's local data.")
     api_host: str = Field(default="127.0.0.1", description="API bind address.")
     api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")

@@ -50,7 +50,7 @@ from streams.due_index import DueIndex
 from streams.faults import delay_offset_fetches
 from streams.partition_index import HostsByPartition, partition_of
 from streams.policy.config import apply_config_change
-from streams.policy.dispatch import DispatchQueue
+from streams.policy.dispatch import DispatchQueue, command_for
 from streams.policy.host import Decision, decide, wake_at
 from streams.policy.schedule_commands import origin_of
 from streams.projection.runner import Projector
@@ -303,7 +303,11 @@ class KairosWorker:
             self.due_index.clear()
             self.hosts_by_partition.rebuild(self.hosts.keys())
             for host_id, stored in list(self.hosts.items()):
-                schedule = HostSchedule.model_validate_json(stored)
+                try:
+                    schedule = HostSchedule.model_validate_json(stored)
+                except Exception as error:  # Faust would swallow it and stop the rebuild.
+                    await self._unreadable_state(self.hosts, host_id, stored, error)
+                    continue
                 self.due_index.set(host_id, wake_at(schedule, self.config))
                 if schedule.in_flight is not None and schedule.in_flight.issued_at is None:
                     # Claimed but maybe never reached the dispatcher: ask again (it dedupes).
@@ -311,6 +315,18 @@ class KairosWorker:
             log.info("due index rebuilt: %d hosts", len(self.due_index))
 
         return rebuild()
+
+    async def _unreadable_state(self, table: Any, key: Any, stored: Any, error: Exception) -> None:
+        """A state record this worker cannot read: dead-letter it, count it, rebuild the rest.
+
+        The record stays in the table (a newer worker may read it); the key is skipped here.
+        """
+        self.counters["unreadable_state_records"] += 1
+        raw = stored if isinstance(stored, bytes) else str(stored).encode()
+        topic = table.changelog_topic.get_topic_name()
+        key_bytes = key.encode() if isinstance(key, str) else key
+        reason = f"unreadable state record: {type(error).__name__}: {error}"[:2000]
+        await self._dead_letter(topic, None, None, key_bytes, raw, reason)
 
     async def _request_again(self, schedule: HostSchedule) -> None:
         assert schedule.in_flight is not None
@@ -388,6 +404,7 @@ class KairosWorker:
             table[command.command_id] = codec.dumps(
                 {
                     "request": item.request.model_dump(mode="json"),
+                    "issued_at": command.issued_at.isoformat(),
                     "deadline": command.deadline.isoformat(),
                 }
             )
@@ -399,16 +416,31 @@ class KairosWorker:
     def _rebuild_dispatch_queue(self) -> Any:
         async def rebuild() -> None:
             queue = DispatchQueue()
-            for _, stored in list(self.dispatcher_table.items()):
-                entry = json.loads(stored)
-                request = DispatchRequested.model_validate(entry["request"])
-                if "deadline" in entry:
-                    queue.restore_in_flight(request, datetime.fromisoformat(entry["deadline"]))
-                else:
-                    queue.request(request)
+            resend: list[ScanCommand] = []
+            for key, stored in list(self.dispatcher_table.items()):
+                try:
+                    entry = json.loads(stored)
+                    request = DispatchRequested.model_validate(entry["request"])
+                    if "deadline" not in entry:
+                        queue.request(request)
+                        continue
+                    deadline = datetime.fromisoformat(entry["deadline"])
+                    issued_at = datetime.fromisoformat(entry.get("issued_at") or entry["deadline"])
+                except Exception as error:  # Faust would swallow it and stop the rebuild.
+                    await self._unreadable_state(self.dispatcher_table, key, stored, error)
+                    continue
+                queue.restore_in_flight(request, deadline)
+                resend.append(command_for(request, issued_at=issued_at, deadline=deadline))
             self.dispatch_queue = queue
+            # A slot is durable before its command is sent, so a kill -9 in between leaves
+            # commands that never went out. Send every in-flight one again with its own id:
+            # agents dedupe on command_id, and this costs one record per in-flight command.
+            self._outbox.extend(resend)
+            if resend:
+                self._outbox_ready.set()
+            self.counters["commands_resent_after_recovery"] += len(resend)
             log.info(
-                "dispatch queue rebuilt: %d waiting, %d in flight",
+                "dispatch queue rebuilt: %d waiting, %d in flight (sent again)",
                 queue.waiting_count,
                 queue.in_flight_count,
             )
@@ -428,6 +460,8 @@ class KairosWorker:
             self._outbox_ready.clear()
             batch, self._outbox = self._outbox, []
             await self.app.producer.flush()
+            if self.settings.fault_command_send_delay_seconds:
+                await asyncio.sleep(self.settings.fault_command_send_delay_seconds)
             for command in batch:
                 key = command.host_id.encode()
                 await self.scan_commands.send(key=key, value=codec.encode(command))

@@ -109,7 +109,7 @@ class DispatchQueue:
             deadline = now + timeout
             self._in_flight[command] = (request, deadline)
             heapq.heappush(self._deadlines, (deadline, command))
-            issued.append(Issued(request, _command_for(request, issued_at=now, deadline=deadline)))
+            issued.append(Issued(request, command_for(request, issued_at=now, deadline=deadline)))
         return issued
 
     # --- internals ---
@@ -128,9 +128,10 @@ class DispatchQueue:
             heapq.heappop(self._deadlines)
 
 
-def _command_for(
+def command_for(
     request: DispatchRequested, *, issued_at: datetime, deadline: datetime
 ) -> ScanCommand:
+    """The command a request becomes when issued; the same inputs give the same command."""
     return ScanCommand(
         event_id=message_id("scan-command", request.command_id),
         command_id=request.command_id,

@@ -107,6 +107,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
             "KAIROS_FAULT_OFFSET_FETCH_DELAY_SECONDS": str(
                 settings.fault_offset_fetch_delay_seconds
             ),
+            "KAIROS_FAULT_COMMAND_SEND_DELAY_SECONDS": str(
+                settings.fault_command_send_delay_seconds
+            ),
             "PYTHONUNBUFFERED": "1",
             **(
                 {"KAIROS_CLOCK_ORIGIN": settings.clock_origin.isoformat()}
