@@ -104,6 +104,25 @@ def worker(
     run_worker(settings)
 
 
+@app.command("worker-alive")
+def worker_alive(
+    workdir: Annotated[Path | None, typer.Option(help="The worker's data directory.")] = None,
+    max_age: Annotated[
+        float, typer.Option(help="Seconds without a heartbeat before the worker counts as dead.")
+    ] = 15.0,
+) -> None:
+    """Liveness probe for supervisors: exit 0 if the worker's heartbeat is fresh, 1 if not."""
+    from streams.liveness import heartbeat_age
+
+    settings = _settings(workdir=workdir)
+    age = heartbeat_age(settings.workdir)
+    if age is None or age > max_age:
+        seen = "no heartbeat" if age is None else f"last heartbeat {age:.0f}s ago"
+        print(f"kairos: worker at {settings.workdir} is not alive ({seen})", file=sys.stderr)
+        raise typer.Exit(1)
+    print(f"alive (heartbeat {age:.1f}s ago)")
+
+
 def run_worker(settings: Settings) -> None:
     import faust
 

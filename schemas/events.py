@@ -11,6 +11,11 @@ from schemas.base import Contract, HostStatus, Message, Timestamp
 from schemas.config import ConfigChanges
 
 ERROR_MAX_CHARS = 500
+LABELS_MAX = 64
+LABEL_KEY_MAX_CHARS = 128
+LABEL_VALUE_MAX_CHARS = 1024
+"""Labels are copied into each host's state and every state change: bounded so that no
+derived record can approach Kafka's 1 MiB message limit (64 x (128 + 1024) B < 80 KiB)."""
 
 
 class Operation(StrEnum):
@@ -22,13 +27,35 @@ class Operation(StrEnum):
 class ObjectAttributes(Contract):
     """What inventory knows of an object; all optional but activity and status."""
 
-    hostname: str | None = None
-    ip: str | None = None
-    os: str | None = None
-    organization: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    hostname: str | None = Field(default=None, max_length=255)
+    ip: str | None = Field(default=None, max_length=64)
+    os: str | None = Field(default=None, max_length=255)
+    organization: str | None = Field(default=None, max_length=255)
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=LABELS_MAX,
+        description=(
+            f"At most {LABELS_MAX} labels, keys up to {LABEL_KEY_MAX_CHARS} and values up to"
+            f" {LABEL_VALUE_MAX_CHARS} characters."
+        ),
+    )
     is_active: bool = True
     status: HostStatus = HostStatus.UP
+
+    @field_validator("labels")
+    @classmethod
+    def _bounded_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            if not 1 <= len(key) <= LABEL_KEY_MAX_CHARS:
+                raise ValueError(
+                    f"label key {key[:40]!r}... must have 1 to {LABEL_KEY_MAX_CHARS} characters"
+                )
+            if len(value) > LABEL_VALUE_MAX_CHARS:
+                raise ValueError(
+                    f"label {key[:40]!r} has a value of {len(value)} characters;"
+                    f" at most {LABEL_VALUE_MAX_CHARS} are kept in host state"
+                )
+        return labels
 
 
 class ObjectEvent(Message):

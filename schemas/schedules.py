@@ -11,6 +11,7 @@ Events travel on `schedule-changes` with key = schedule id.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -38,6 +39,8 @@ SCHEDULE_STATE_FORMAT: Literal[1] = 1
 HOST_OBJECT_TYPE = "host"
 
 _ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
+ARGS_MAX_BYTES = 16_384
+"""A schedule's args travel in every command it sends and in its state record."""
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 
 # --- policies -------------------------------------------------------------------------
@@ -541,7 +544,10 @@ class Schedule(Contract):
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=2000)
     scanner: str = Field(pattern=_NAME_PATTERN)
-    args: dict[str, JsonValue] = Field(default_factory=dict)
+    args: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description=f"Passed to the scanner in every command; at most {ARGS_MAX_BYTES} B of JSON.",
+    )
     priority: int = Field(default=5, ge=1, le=10, description="10 is the most urgent.")
     is_system: bool = False
     recurrence: Recurrence
@@ -573,6 +579,16 @@ class Schedule(Contract):
         "the time between occurrences.",
     )
     max_retries: int = Field(default=5, ge=0, le=100)
+
+    @field_validator("args")
+    @classmethod
+    def _bounded_args(cls, args: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        size = len(json.dumps(args, separators=(",", ":"), default=str).encode())
+        if size > ARGS_MAX_BYTES:
+            raise ValueError(
+                f"args are {size} bytes of JSON; at most {ARGS_MAX_BYTES} travel in each command"
+            )
+        return args
 
     @field_validator("timezone")
     @classmethod

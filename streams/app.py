@@ -48,6 +48,7 @@ from streams import codec
 from streams.codec import Undecodable
 from streams.due_index import DueIndex
 from streams.faults import delay_offset_fetches
+from streams.liveness import Watchdog
 from streams.partition_index import HostsByPartition, partition_of
 from streams.policy.config import apply_config_change
 from streams.policy.dispatch import DispatchQueue, command_for
@@ -65,6 +66,12 @@ INFRASTRUCTURE_ERRORS = (KafkaError, ConnectionError, FaustError)
 """Failures of the broker or the runtime, not of one message; never parked as poison."""
 HOSTS_PER_DUE_SIGNAL = 1000
 """Keeps a HostsDue signal far below Kafka's 1 MiB message limit at any burst size."""
+DERIVED_RECORD_MAX_BYTES = 900_000
+"""Below the producer's 1,000,000-byte request limit, with room for the record's envelope."""
+
+
+class DerivedRecordTooLarge(ValueError):
+    """A record derived from one input would exceed Kafka's message limit; the input is parked."""
 
 
 class KairosWorker:
@@ -145,6 +152,7 @@ class KairosWorker:
         app.timer(settings.tick_seconds, name="due-tick")(self._tick)
         app.task(self._follow_control)
         app.task(self._send_issued_commands)
+        app.task(Watchdog(app, settings.workdir).run)
         if settings.projector_enabled:
             self.projector = Projector(settings, self.clock)
             app.task(self.projector.run)
@@ -252,11 +260,18 @@ class KairosWorker:
             self.counters[f"ignored_{decision.ignored}"] += 1
         after = decision.schedule
         if decision.changed:
+            # Checked before any write: a send the broker refuses would crash Faust's producer.
+            encoded = after.model_dump_json(exclude_none=True).encode() if after else b""
+            if len(encoded) > DERIVED_RECORD_MAX_BYTES:
+                raise DerivedRecordTooLarge(
+                    f"host {host_id!r} state would be {len(encoded)} bytes,"
+                    f" over the {DERIVED_RECORD_MAX_BYTES}-byte limit for derived records"
+                )
             if after is None:
                 self.hosts.pop(host_id, None)
                 self.hosts_by_partition.discard(host_id)
             else:
-                self.hosts[host_id] = after.model_dump_json(exclude_none=True).encode()
+                self.hosts[host_id] = encoded
                 self.hosts_by_partition.add(host_id)
             if after is None or before is None or after.version != before.version:
                 change = HostStateChanged(

@@ -67,7 +67,7 @@ def dead_letter(
     error: str,
     received_at: datetime,
 ) -> DeadLetter:
-    text_key = key.decode("utf-8", "replace") if key is not None else None
+    text_key = _storable(key.decode("utf-8", "replace")) if key is not None else None
     identity = f"{source_topic}/{partition}/{offset}"
     return DeadLetter(
         event_id=message_id("dead-letter", identity),
@@ -75,10 +75,15 @@ def dead_letter(
         partition=partition,
         offset=offset,
         key=text_key,
-        error=error[:2000],
-        raw=(raw or b"").decode("utf-8", "replace")[:RAW_KEPT_CHARS],
+        error=_storable(error[:2000]),
+        raw=_storable((raw or b"").decode("utf-8", "replace")[:RAW_KEPT_CHARS]),
         received_at=received_at,
     )
+
+
+def _storable(text: str) -> str:
+    """NUL is valid UTF-8, but no PostgreSQL text can hold it, and the read model keeps these."""
+    return text.replace("\x00", "\ufffd")
 
 
 def dumps(value: dict[str, Any]) -> bytes:

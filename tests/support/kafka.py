@@ -14,12 +14,13 @@ from pydantic import BaseModel
 from kairos.settings import Settings
 
 
-async def start_producer(settings: Settings) -> AIOKafkaProducer:
+async def start_producer(settings: Settings, **options: Any) -> AIOKafkaProducer:
     producer = AIOKafkaProducer(
         **settings.kafka_client_options(),
         acks="all",
         enable_idempotence=settings.kafka_idempotence,
         linger_ms=5,
+        **options,
     )
     await producer.start()
     return producer

@@ -32,7 +32,7 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 
 KAFKA_SERVICES = ("kafka-1", "kafka-2", "kafka-3")
 KAIROS_SERVICES = ("worker", "projector", "api")
-HEALTHCHECKED_SERVICES = (*KAFKA_SERVICES, "postgres", "api")
+HEALTHCHECKED_SERVICES = (*KAFKA_SERVICES, "postgres", "api", "worker")
 # Values the operator must supply; stand-ins used to resolve the file as compose would.
 OPERATOR_ENV = {"POSTGRES_PASSWORD": "pg-test-password", "KAIROS_TOKEN_SECRET": "token-test-secret"}
 
@@ -353,6 +353,20 @@ def test_api_healthcheck_calls_a_real_route_on_the_served_port(compose: dict[str
     assert target.port == int(api["command"][api["command"].index("--port") + 1])
     routes = {getattr(route, "path", None) for route in create_app(Settings()).routes}
     assert target.path == "/healthz" and target.path in routes
+
+
+def test_worker_healthcheck_probes_the_heartbeat_of_its_own_workdir(
+    compose: dict[str, Any],
+) -> None:
+    from typer.main import get_command
+
+    from kairos.cli import app
+
+    worker = compose["services"]["worker"]
+    command = healthcheck_command(worker)[1:]
+    assert command[:2] == ["kairos", "worker-alive"]
+    assert "worker-alive" in get_command(app).commands  # type: ignore[attr-defined]
+    assert environment(worker)["KAIROS_WORKDIR"], "the probe reads the worker's own workdir"
 
 
 @pytest.mark.parametrize("name", KAIROS_SERVICES)
