@@ -112,6 +112,11 @@ def settings_env(settings: Settings) -> dict[str, str]:
             ),
             "PYTHONUNBUFFERED": "1",
             **(
+                {"KAIROS_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas)}
+                if settings.min_insync_replicas
+                else {}
+            ),
+            **(
                 {"KAIROS_CLOCK_ORIGIN": settings.clock_origin.isoformat()}
                 if settings.clock_origin
                 else {}
