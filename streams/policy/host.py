@@ -136,9 +136,9 @@ def wake_at(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:
     if not config.enabled:
         return None
     if schedule.maintenance_mode:
-        if schedule.maintenance_until is None:
-            return None
-        return max(schedule.next_scheduled_scan, schedule.maintenance_until)
+        # Maintenance ends exactly at its end, whether or not a scan is due by then: the host
+        # must leave the `maintenance` state at that instant, not at its next scan.
+        return schedule.maintenance_until
     return schedule.next_scheduled_scan
 
 

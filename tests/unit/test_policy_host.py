@@ -754,8 +754,8 @@ def test_maintenance_ends_exactly_at_maintenance_until() -> None:
     assert request.due_at == NOW + timedelta(hours=24)
 
 
-def test_short_maintenance_wakes_host_at_its_next_scheduled_scan() -> None:
-    schedule = scanned(score=100.0, completed_at=NOW)
+def test_short_maintenance_ends_at_its_end_not_at_the_next_scan() -> None:
+    schedule = scanned(score=100.0, completed_at=NOW)  # Next scan NOW + 24 h.
     held = decide(
         schedule,
         maintenance_set(enabled=True, duration_hours=2, at=NOW),
@@ -764,15 +764,18 @@ def test_short_maintenance_wakes_host_at_its_next_scheduled_scan() -> None:
     ).schedule
 
     assert held is not None
-    assert wake_at(held, DEFAULT_CONFIG) == NOW + timedelta(hours=24)
-    at_end = decide(
-        held,
-        host_due(at=NOW + timedelta(hours=2)),
-        now=NOW + timedelta(hours=2),
-        config=DEFAULT_CONFIG,
-    )
+    until = NOW + timedelta(hours=2)
+    assert wake_at(held, DEFAULT_CONFIG) == until
+    at_end = decide(held, host_due(at=until), now=until, config=DEFAULT_CONFIG)
+
     assert at_end.dispatch == ()  # Maintenance over, but the host is not due yet.
-    assert at_end.schedule is not None and at_end.schedule.maintenance_mode is False
+    assert at_end.changed  # The new state must be stored and shown at once.
+    after = at_end.schedule
+    assert after is not None and after.maintenance_mode is False
+    assert after.maintenance_until is None
+    assert after.state is ComplianceState.COMPLIANT
+    assert after.next_scheduled_scan == NOW + timedelta(hours=24)
+    assert wake_at(after, DEFAULT_CONFIG) == NOW + timedelta(hours=24)
 
 
 def test_due_index_wakes_host_exactly_when_maintenance_ends() -> None:
