@@ -98,7 +98,7 @@ def decide(
         return Decision(None, ignored="unknown_host")
 
     draft = _Draft(values=schedule.model_dump())
-    _expire_maintenance(draft, now)
+    _expire_maintenance(draft, now, config)
     ignored: str | None = None
     match event:
         case HostMaintenanceSet():
@@ -200,7 +200,7 @@ def _on_object_event(
     draft.values["attributes"] = attributes.model_dump()
     draft.values["is_active"] = attributes.is_active
     draft.values["status"] = attributes.status
-    _expire_maintenance(draft, now)
+    _expire_maintenance(draft, now, config)
     _claim_if_due(draft, now=now, config=config)
     return _finish(schedule, draft, event_id=event.event_id, now=now, ignored=None)
 
@@ -215,8 +215,9 @@ def _set_maintenance(
             now + timedelta(hours=event.duration_hours) if event.duration_hours else None
         )
         values["state"] = ComplianceState.MAINTENANCE
+        _show_plan(values, config)
     else:
-        _leave_maintenance(draft)
+        _leave_maintenance(draft, config)
 
 
 def _request_force(draft: _Draft, *, now: datetime) -> str | None:
@@ -254,8 +255,7 @@ def _record_result(
         if not values["maintenance_mode"]:
             values["state"] = state
         values["score"] = result.score
-        values["current_interval_minutes"] = interval_minutes(state, config)
-        values["scan_priority"] = config.priority(state)
+        _show_plan(values, config)
         values["next_scheduled_scan"] = result.completed_at + interval(state, config)
         values["consecutive_scan_failures"] = 0
         values["last_scan_completed"] = result.completed_at
@@ -304,8 +304,7 @@ def _replan(
 ) -> None:
     values = draft.values
     state: ComplianceState = values["compliance_state"]
-    values["current_interval_minutes"] = interval_minutes(state, config)
-    values["scan_priority"] = config.priority(state)
+    _show_plan(values, config)
     if values["in_flight"] is not None:
         return
     if replan.initialize and values["last_scan_completed"] is None:
@@ -325,16 +324,31 @@ def _schedule_retry(draft: _Draft, *, error: str, now: datetime, config: Schedul
     values["next_scheduled_scan"] = now + timedelta(seconds=config.retry_delay_seconds)
 
 
-def _expire_maintenance(draft: _Draft, now: datetime) -> None:
+def _expire_maintenance(draft: _Draft, now: datetime, config: SchedulerConfig) -> None:
     until = draft.values["maintenance_until"]
     if draft.values["maintenance_mode"] and until is not None and until <= now:
-        _leave_maintenance(draft)
+        _leave_maintenance(draft, config)
 
 
-def _leave_maintenance(draft: _Draft) -> None:
+def _leave_maintenance(draft: _Draft, config: SchedulerConfig) -> None:
     draft.values["maintenance_mode"] = False
     draft.values["maintenance_until"] = None
     draft.values["state"] = draft.values["compliance_state"]
+    _show_plan(draft.values, config)
+
+
+def _show_plan(values: dict[str, Any], config: SchedulerConfig) -> None:
+    """The interval and priority the host shows: maintenance's while in it, else its state's.
+
+    Scheduled scans stay held during maintenance (only a force scan runs); the
+    `next_scheduled_scan` kept meanwhile is the one the compliance state gives, so the host
+    is due at once when maintenance ends if that time has passed.
+    """
+    shown = (
+        ComplianceState.MAINTENANCE if values["maintenance_mode"] else values["compliance_state"]
+    )
+    values["current_interval_minutes"] = interval_minutes(shown, config)
+    values["scan_priority"] = config.priority(shown)
 
 
 def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> None:

@@ -778,6 +778,86 @@ def test_short_maintenance_ends_at_its_end_not_at_the_next_scan() -> None:
     assert wake_at(after, DEFAULT_CONFIG) == NOW + timedelta(hours=24)
 
 
+def test_maintenance_shows_the_maintenance_interval_and_priority() -> None:
+    config = SchedulerConfig(interval_maintenance=600, priority_maintenance=2)
+    schedule = scanned(score=100.0, completed_at=NOW, config=config)
+    assert (schedule.current_interval_minutes, schedule.scan_priority) == (1440, 3)
+
+    held = decide(
+        schedule,
+        maintenance_set(enabled=True, duration_hours=4, at=NOW),
+        now=NOW,
+        config=config,
+    ).schedule
+
+    assert held is not None and held.state is ComplianceState.MAINTENANCE
+    assert (held.current_interval_minutes, held.scan_priority) == (600, 2)
+    assert held.next_scheduled_scan == schedule.next_scheduled_scan  # The state's plan is kept.
+    assert held.compliance_state is ComplianceState.COMPLIANT
+
+
+def test_maintenance_defaults_are_2880_minutes_and_priority_1() -> None:
+    held = decide(
+        scanned(score=30.0, completed_at=NOW),
+        maintenance_set(enabled=True, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+
+    assert held is not None
+    assert (held.current_interval_minutes, held.scan_priority) == (2880, 1)
+
+
+def test_leaving_maintenance_restores_the_compliance_state_interval_and_priority() -> None:
+    held = decide(
+        scanned(score=30.0, completed_at=NOW),  # low: 120 min, priority 7.
+        maintenance_set(enabled=True, duration_hours=1, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    assert held is not None
+    until = NOW + timedelta(hours=1)
+
+    expired = decide(held, host_due(at=until), now=until, config=DEFAULT_CONFIG).schedule
+    cleared = decide(
+        held,
+        maintenance_set(enabled=False, at=NOW + MINUTE),
+        now=NOW + MINUTE,
+        config=DEFAULT_CONFIG,
+    ).schedule
+
+    for after in (expired, cleared):
+        assert after is not None and after.state is ComplianceState.LOW
+        assert (after.current_interval_minutes, after.scan_priority) == (120, 7)
+
+
+def test_config_change_and_forced_result_during_maintenance_keep_maintenance_figures() -> None:
+    held = decide(
+        scanned(score=100.0, completed_at=NOW),
+        maintenance_set(enabled=True, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    assert held is not None
+    config = SchedulerConfig(interval_maintenance=1000, priority_maintenance=2, version=1)
+
+    replanned = decide(held, replan(config_version=1), now=NOW + MINUTE, config=config).schedule
+    assert replanned is not None
+    assert (replanned.current_interval_minutes, replanned.scan_priority) == (1000, 2)
+
+    forced = decide(replanned, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=config)
+    command = in_flight_id(forced.schedule)
+    assert forced.schedule is not None
+    done = NOW + 2 * MINUTE
+    result = scan_succeeded(command, completed_at=done, score=10.0)
+    after = decide(forced.schedule, result, now=done, config=config).schedule
+
+    assert after is not None and after.maintenance_mode is True
+    assert after.state is ComplianceState.MAINTENANCE
+    assert after.compliance_state is ComplianceState.CRITICAL
+    assert (after.current_interval_minutes, after.scan_priority) == (1000, 2)
+
+
 def test_due_index_wakes_host_exactly_when_maintenance_ends() -> None:
     schedule = scanned(score=30.0, completed_at=NOW)  # Next scan NOW + 2 h.
     held = decide(
