@@ -112,7 +112,10 @@ def _given_never_null(model: type[BaseModel]) -> dict[str, Any]:
     """The fields of a partial-update model, each optional to give but never null."""
     fields: dict[str, Any] = {}
     for name, info in model.model_fields.items():
-        assert info.annotation == int | None, f"{name}: only optional ints are expected"
+        if info.annotation == bool | None:
+            fields[name] = (StrictBool, Field(default=None, description=info.description))
+            continue
+        assert info.annotation == int | None, f"{name}: only optional ints or bools are expected"
         # Constraints first, so they stay on the integer schema (minimum/maximum).
         constrained = Annotated[(int, *info.metadata, BeforeValidator(_json_integer))]
         fields[name] = (constrained, Field(default=None, description=info.description))

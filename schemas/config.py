@@ -52,6 +52,9 @@ class SchedulerConfig(Contract):
 class ConfigChanges(Contract):
     """A partial update of SchedulerConfig; every field optional, same ranges."""
 
+    enabled: bool | None = Field(
+        default=None, description="Pause (false) or resume (true) dispatch, as scheduler.toggled."
+    )
     interval_unknown: int | None = Field(default=None, ge=0, le=2880)
     interval_critical: int | None = Field(default=None, ge=15, le=2880)
     interval_low: int | None = Field(default=None, ge=30, le=2880)

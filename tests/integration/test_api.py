@@ -718,6 +718,27 @@ async def test_writes_publish_changes_keyed_and_signed_by_the_token(stack: Stack
     assert all(datetime.fromisoformat(value["occurred_at"]) == T0 for _, value in published)
 
 
+async def test_put_config_accepts_enabled_as_toggle_does(stack: Stack) -> None:
+    names = stack.settings.topics
+    response = await stack.client.put(
+        f"{P}/config", json={"enabled": False, "interval_low": 90}, headers=stack.auth()
+    )
+    assert response.status_code == 202
+    event_id = response.json()["event_id"]
+    async with Collector(stack.settings, names.schedule_changes) as collected:
+        changes = lambda: collected.values(names.schedule_changes)  # noqa: E731
+        await collected.wait_for(
+            lambda: any(v["event_id"] == event_id for v in changes()),
+            timeout=10,
+            what="the published change",
+        )
+        [change] = [v for v in changes() if v["event_id"] == event_id]
+    assert change["type"] == "config.updated"
+    assert change["changes"]["enabled"] is False and change["changes"]["interval_low"] == 90
+    refused = await stack.client.put(f"{P}/config", json={"enabled": "no"}, headers=stack.auth())
+    assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "enabled"
+
+
 async def test_wait_answers_202_when_the_projection_does_not_show_the_change(
     stack: Stack,
 ) -> None:
