@@ -29,6 +29,7 @@ from schemas.api import (
     ScanResultPublic,
     SchedulerConfigPublic,
     StatusPublic,
+    UpcomingScanPublic,
 )
 from schemas.base import ComplianceState
 from schemas.commands import ADAPTIVE_SCANNER
@@ -112,8 +113,24 @@ DUE_SOON_COUNT = (
 """Served by the index host_schedule_scannable (migration 006)."""
 
 
-async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusPublic:
-    """Counters plus two range counts over the due index: no full scan at any fleet size."""
+_PROMISE_KEPT_FOR = "NOT maintenance_mode AND NOT deleted AND is_active"
+PAST_PROMISE_COUNT = (
+    f"SELECT count(*) FROM host_schedule WHERE {_PROMISE_KEPT_FOR}"
+    " AND COALESCE(last_scan_completed, created_at) < %(promised_since)s"
+)
+"""Served by the index host_schedule_promise (migration 008)."""
+UPCOMING = (
+    "SELECT host_id, hostname, state, next_scheduled_scan AS due_at, scan_priority AS priority"
+    f" FROM host_schedule WHERE {_SCANNABLE} AND {_WAITING}"
+    " ORDER BY next_scheduled_scan, scan_priority DESC, host_id LIMIT %(limit)s"
+)
+"""Served by the index host_schedule_dispatchable (migration 004) in due order."""
+
+
+async def get_status(
+    conn: psycopg.AsyncConnection, *, now: datetime, upcoming: int = 10
+) -> StatusPublic:
+    """Counters, range counts over the due index and the next hosts due: no full scan."""
     config = await get_config(conn)
     states = await _rows(conn, "SELECT state, hosts FROM host_state_counts", {})
     flags = {
@@ -126,6 +143,9 @@ async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusP
     due_next_hour = await _count(
         conn, DUE_SOON_COUNT, {"now": now, "until": now + timedelta(hours=1)}
     )
+    promised_since = now - timedelta(minutes=config.max_interval_minutes)
+    past_promise = await _count(conn, PAST_PROMISE_COUNT, {"promised_since": promised_since})
+    next_hosts = await _rows(conn, UPCOMING, {"limit": upcoming}) if upcoming else []
     lag, backlog, applied_at = await get_projection_lag(conn)
     return StatusPublic(
         enabled=config.enabled,
@@ -137,6 +157,8 @@ async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusP
         inactive=flags.get("inactive", 0),
         down=flags.get("down", 0),
         overdue=overdue,
+        past_promise=past_promise,
+        upcoming=[UpcomingScanPublic(**row) for row in next_hosts],
         due_next_hour=due_next_hour,
         max_concurrent_scans=config.max_concurrent_scans,
         projection_lag_seconds=lag,

@@ -71,6 +71,16 @@ class SchedulerConfigPublic(SchedulerConfig):
     updated_at: Timestamp | None = None
 
 
+class UpcomingScanPublic(Contract):
+    """One host whose scan comes next: when it is due and with which priority."""
+
+    host_id: str
+    hostname: str | None = None
+    state: ComplianceState
+    due_at: Timestamp = Field(description="The host's `next_scheduled_scan` (may be past).")
+    priority: int = Field(description="The host's `scan_priority`.")
+
+
 class StatusPublic(Contract):
     """The scheduler at a glance, from counters the projector keeps current."""
 
@@ -83,7 +93,18 @@ class StatusPublic(Contract):
     inactive: int
     down: int
     overdue: int = Field(
-        description="Active, up hosts outside maintenance, past their next scan, none in flight."
+        description="Past due and not dispatched: active, up hosts outside maintenance whose "
+        "next scan has passed and that have no command in flight."
+    )
+    past_promise: int = Field(
+        default=0,
+        description="Past the promise: active hosts outside maintenance whose last successful "
+        "scan (or creation, if never scanned) is older than `max_interval_minutes` (48 h).",
+    )
+    upcoming: list[UpcomingScanPublic] = Field(
+        default_factory=list,
+        description="The next hosts due (active, up, outside maintenance, no command in flight),"
+        " earliest due first; as many as `?upcoming=` asks (10 by default).",
     )
     due_next_hour: int = Field(description="Hosts outside maintenance due within the hour.")
     max_concurrent_scans: int

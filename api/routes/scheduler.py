@@ -83,9 +83,14 @@ async def toggle(
 
 
 @router.get("/status", response_model=StatusPublic, responses=READ_ERRORS)
-async def status(conn: ConnDep, clock: ClockDep, caller: GuestDep) -> StatusPublic:
-    """Counts by state, in flight, overdue, due within the hour, and the projection's lag."""
-    return await queries.get_status(conn, now=clock.now())
+async def status(
+    conn: ConnDep,
+    clock: ClockDep,
+    caller: GuestDep,
+    upcoming: Annotated[int, Query(ge=0, le=100, description="How many next hosts due.")] = 10,
+) -> StatusPublic:
+    """Counts by state, in flight, overdue, due within the hour, the next hosts due, lag."""
+    return await queries.get_status(conn, now=clock.now(), upcoming=upcoming)
 
 
 @router.post("/initialize", status_code=202, response_model=Accepted, responses=write_answers())

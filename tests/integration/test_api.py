@@ -467,6 +467,30 @@ async def test_status_counts_from_counters_and_due_index(stack: Stack) -> None:
     assert datetime.fromisoformat(body["as_of"]) == T0
 
 
+async def test_status_lists_the_next_hosts_due_and_those_past_the_promise(stack: Stack) -> None:
+    body = (await stack.get(f"{P}/status")).json()
+    waiting = sorted(
+        (row for row in FLEET if scannable(row) and row["in_flight_command_id"] is None),
+        key=lambda row: (row["next_scan"], -row["scan_priority"], row["host_id"]),
+    )
+    assert [entry["host_id"] for entry in body["upcoming"]] == [
+        row["host_id"] for row in waiting[:10]
+    ]
+    first = body["upcoming"][0]
+    assert datetime.fromisoformat(first["due_at"]) == waiting[0]["next_scan"]
+    assert first["priority"] == waiting[0]["scan_priority"]
+    assert first["state"] == waiting[0]["state"] and first["hostname"] == waiting[0]["hostname"]
+    # Every seeded host was created three days ago and never scanned: past the 48 h promise
+    # unless it is inactive or in maintenance.
+    assert body["past_promise"] == sum(
+        row["is_active"] and not row["maintenance_mode"] for row in FLEET
+    )
+    three = (await stack.get(f"{P}/status", params={"upcoming": 3})).json()
+    assert [entry["host_id"] for entry in three["upcoming"]] == [r["host_id"] for r in waiting[:3]]
+    assert (await stack.get(f"{P}/status", params={"upcoming": 0})).json()["upcoming"] == []
+    assert (await stack.get(f"{P}/status", params={"upcoming": 101})).status_code == 422
+
+
 async def test_hosts_due_in_dispatch_order_with_limit(stack: Stack) -> None:
     wanted = sorted(
         (row for row in FLEET if due(row)),
