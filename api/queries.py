@@ -168,6 +168,17 @@ async def get_status(
     )
 
 
+NEVER_SCANNED_COUNT = (
+    "SELECT count(*) FROM host_schedule"
+    " WHERE NOT deleted AND last_scan_completed IS NULL AND in_flight_command_id IS NULL"
+)
+
+
+async def count_hosts_to_initialize(conn: psycopg.AsyncConnection) -> int:
+    """Hosts POST /initialize re-plans: never scanned successfully, no command in flight."""
+    return await _count(conn, NEVER_SCANNED_COUNT, {})
+
+
 async def get_projection_lag(
     conn: psycopg.AsyncConnection,
 ) -> tuple[float | None, int | None, datetime | None]:

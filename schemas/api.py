@@ -186,6 +186,32 @@ class HostPublic(Contract):
     version: int
 
 
+class HostImportRow(Contract):
+    """One host of a bulk import (a JSON line, an array item or a CSV row)."""
+
+    id: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00]*$")
+    hostname: str | None = Field(default=None, max_length=255)
+    organization: str | None = Field(default=None, max_length=255)
+    labels: dict[str, str] = Field(default_factory=dict)
+    active: StrictBool = True
+
+
+class HostsImported(Contract):
+    """A bulk import was published: one `object-created` event per host."""
+
+    status: str = Field(default="accepted")
+    hosts: int = Field(description="Hosts published (one object-created event each).")
+    batches: int = Field(description="Batches they were published in, each acknowledged.")
+
+
+class InitializeAccepted(Accepted):
+    """POST /initialize was published; `hosts` is what the read model shows it will re-plan."""
+
+    hosts: int = Field(
+        description="Known hosts never scanned successfully and with no command in flight."
+    )
+
+
 class HostsPublic(Contract):
     data: list[HostPublic]
     count: int = Field(description="Hosts matching the filters, over all pages.")

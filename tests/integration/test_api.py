@@ -7,6 +7,7 @@ and are read back from it. The helpers here are shared by the other `test_api_*`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import uuid
@@ -345,12 +346,13 @@ async def stack(
 
 GUEST, ANALYST, ADMIN = Role.GUEST, Role.SECURITY_ANALYST, Role.SECURITY_ADMIN
 J = "/api/scheduled-jobs"
-ENDPOINTS: list[tuple[str, str, dict[str, Any] | None, Role | None]] = [
+ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("GET", f"{P}/config", None, GUEST),
     ("PUT", f"{P}/config", {"interval_critical": 60}, ADMIN),
     ("POST", f"{P}/toggle?enabled=true", None, ADMIN),
     ("GET", f"{P}/status", None, GUEST),
     ("POST", f"{P}/initialize", None, ADMIN),
+    ("POST", f"{P}/hosts:import", [{"id": "imported-1"}], ADMIN),
     ("GET", f"{P}/hosts-due?limit=5", None, GUEST),
     ("GET", f"{P}/hosts", None, GUEST),
     ("GET", f"{P}/hosts/h-001", None, GUEST),
@@ -409,7 +411,7 @@ async def test_role_matrix_covers_every_operation_in_the_openapi(stack: Stack) -
 
 @pytest.mark.parametrize(("method", "path", "body", "needed"), ENDPOINTS)
 async def test_role_matrix(
-    stack: Stack, method: str, path: str, body: dict[str, Any] | None, needed: Role | None
+    stack: Stack, method: str, path: str, body: Any, needed: Role | None
 ) -> None:
     seen = {}
     for caller in CALLERS:
@@ -763,6 +765,61 @@ async def test_put_config_accepts_enabled_as_toggle_does(stack: Stack) -> None:
     assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "enabled"
 
 
+async def test_import_publishes_one_object_created_event_per_host_in_batches(
+    stack: Stack,
+) -> None:
+    names = stack.settings.topics
+    lines = [
+        json.dumps({"id": f"imp-{n:04d}", "hostname": f"imp-{n}.example.test",
+                    "labels": {"env": "prod"}, "active": n != 3})
+        for n in range(1200)
+    ]  # fmt: skip
+    response = await stack.client.post(
+        f"{P}/hosts:import",
+        content="\n".join(lines).encode(),
+        headers={**stack.auth(), "Content-Type": "application/x-ndjson"},
+    )
+    assert response.status_code == 202
+    assert response.json() == {"status": "accepted", "hosts": 1200, "batches": 3}
+    async with Collector(stack.settings, names.object_created) as collected:
+        # The module's stack is shared: other tests publish hosts too (not named imp-*).
+        mine = lambda: [r for r in collected.records if r.key.startswith(b"imp-")]  # noqa: E731
+        await collected.wait_for(
+            lambda: len(mine()) >= 1200, timeout=15, what="1200 object-created events"
+        )
+        records = mine()
+    assert len(records) == 1200
+    assert {record.key.decode() for record in records} == {f"imp-{n:04d}" for n in range(1200)}
+    first = json.loads(next(r.value for r in records if r.key == b"imp-0003"))
+    assert first["object_type"] == "host" and first["operation"] == "created"
+    assert first["attributes"]["is_active"] is False
+    assert first["attributes"]["labels"] == {"env": "prod"}
+    assert datetime.fromisoformat(first["occurred_at"]) == T0
+
+
+async def test_import_with_a_bad_row_publishes_nothing_and_names_the_line(stack: Stack) -> None:
+    names = stack.settings.topics
+    response = await stack.client.post(
+        f"{P}/hosts:import",
+        content=b"id,hostname,active\nbad-1,bad-1.example.test,true\nbad-2,,perhaps\n",
+        headers={**stack.auth(), "Content-Type": "text/csv"},
+    )
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "line 3"
+    async with Collector(stack.settings, names.object_created) as collected:
+        await asyncio.sleep(1.0)  # Nothing may arrive; a second is ample for a local broker.
+        assert [r for r in collected.records if r.key.startswith(b"bad-")] == []
+
+
+async def test_initialize_says_how_many_hosts_it_re_plans(stack: Stack) -> None:
+    response = await stack.client.post(f"{P}/initialize", headers=stack.auth())
+    assert response.status_code == 202
+    body = response.json()
+    assert body["status"] == "accepted" and body["event_id"]
+    # Every seeded host is unscanned; those with a command in flight are left as they are.
+    assert body["hosts"] == sum(row["in_flight_command_id"] is None for row in FLEET)
+
+
 async def test_wait_answers_202_when_the_projection_does_not_show_the_change(
     stack: Stack,
 ) -> None:
@@ -847,11 +904,13 @@ async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> N
                     assert answer["content"]["application/json"]["schema"]["$ref"].endswith(
                         "/ErrorPublic"
                     ), (method, path, status)
-    writes = [("put", f"{P}/config"), ("post", f"{P}/toggle"), ("post", f"{P}/initialize"),
-              ("put", f"{P}/hosts/{{host_id}}/maintenance"),
-              ("post", f"{P}/hosts/{{host_id}}/force-scan")]  # fmt: skip
-    for method, path in writes:
+    writes = [("put", f"{P}/config", "Accepted"), ("post", f"{P}/toggle", "Accepted"),
+              ("post", f"{P}/initialize", "InitializeAccepted"),
+              ("put", f"{P}/hosts/{{host_id}}/maintenance", "Accepted"),
+              ("post", f"{P}/hosts/{{host_id}}/force-scan", "Accepted"),
+              ("post", f"{P}/hosts:import", "HostsImported")]  # fmt: skip
+    for method, path, model in writes:
         responses = schema["paths"][path][method]["responses"]
         assert responses["202"]["content"]["application/json"]["schema"]["$ref"].endswith(
-            "/Accepted"
-        )
+            f"/{model}"
+        ), path

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ import pytest
 
 from kairos.settings import Settings
 from schemas.api import Role
+from schemas.topics import CONFIG_KEY
 from tests.integration.test_api import P, bearer, closed_port, prepare, running_api
 from tests.support.agents import ScannerFleet, always
-from tests.support.factories import host_created
-from tests.support.kafka import publish, start_producer
+from tests.support.factories import config_updated, host_created
+from tests.support.kafka import publish, start_producer, wait_until
 from tests.support.stack import kairos_executable, settings_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -196,3 +198,49 @@ async def test_kairos_api_serves_over_http_and_stops_cleanly(settings: Settings)
         # uvicorn shuts down gracefully, then re-raises the signal as its exit status.
         assert process.wait(15) in (0, -signal.SIGTERM)
     assert "Application shutdown complete" in log_path.read_text()
+
+
+async def test_imported_hosts_are_all_scanned_with_first_scans_spread(
+    make_settings, workers
+) -> None:
+    # One scheduler minute per wall second: a ten-minute spread window takes ten seconds.
+    settings = make_settings(clock_speed=60.0, clock_origin=datetime.now(UTC))
+    tokens = await prepare(settings)
+    workers(settings)
+    admin = bearer(tokens[Role.SECURITY_ADMIN])
+    window = timedelta(minutes=10)
+    producer = await start_producer(settings)
+    await publish(
+        producer,
+        settings.topics.schedule_changes,
+        CONFIG_KEY,
+        config_updated(initial_spread_seconds=int(window.total_seconds())),
+    )
+    await producer.stop()
+    hosts = [f"csv-{n:02d}" for n in range(30)]
+    rows = "".join(f"{host},{host}.example.test,env=prod,true\n" for host in hosts)
+    async with ScannerFleet(settings) as fleet, running_api(settings) as client:
+        await eventually(
+            client, f"{P}/config", admin, lambda body: body["initial_spread_seconds"] == 600
+        )
+        response = await client.post(
+            f"{P}/hosts:import",
+            content=f"id,hostname,labels,active\n{rows}".encode(),
+            headers={**admin, "Content-Type": "text/csv"},
+        )
+        assert response.status_code == 202 and response.json()["hosts"] == len(hosts)
+        await wait_until(
+            lambda: {c["host_id"] for c in fleet.commands} >= set(hosts),
+            timeout=30,
+            what="every imported host scanned once",
+        )
+        host = await eventually(
+            client, f"{P}/hosts/csv-00", admin, lambda body: body["labels"] == {"env": "prod"}
+        )
+    assert host["hostname"] == "csv-00.example.test"
+    firsts: dict[str, datetime] = {}
+    for command in fleet.commands:
+        firsts.setdefault(command["host_id"], datetime.fromisoformat(command["due_at"]))
+    earliest, latest = min(firsts.values()), max(firsts.values())
+    assert latest - earliest > window / 2, "first scans were not spread"
+    assert latest - earliest <= window + timedelta(minutes=2)
