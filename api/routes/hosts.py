@@ -13,11 +13,9 @@ from pydantic import Field
 from api import queries
 from api.deps import AdminDep, AnalystDep, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import (
-    CONFLICT,
     NOT_FOUND,
     READ_ERRORS,
     HostNotFound,
-    HostNotScannable,
 )
 from api.pagination import decode_cursor, split_page
 from api.routes import PREFIX
@@ -32,7 +30,7 @@ from schemas.api import (
     HostsPublic,
     MaintenanceUpdate,
 )
-from schemas.base import ComplianceState, HostStatus
+from schemas.base import ComplianceState
 from schemas.events import HostMaintenanceSet, HostScanRequested, ObjectAttributes, ObjectEvent
 
 router = APIRouter(prefix=PREFIX, tags=["hosts"])
@@ -212,7 +210,7 @@ async def set_maintenance(
     "/hosts/{host_id}/force-scan",
     status_code=202,
     response_model=Accepted,
-    responses={**write_answers(HostDetailPublic), **NOT_FOUND, **CONFLICT},
+    responses={**write_answers(HostDetailPublic), **NOT_FOUND},
 )
 async def force_scan(
     host_id: HostId,
@@ -222,10 +220,8 @@ async def force_scan(
     caller: AnalystDep,
     wait: WaitDep,
 ) -> JSONResponse:
-    """Scan a host now with top priority, even in maintenance."""
+    """Scan a host now with top priority, even in maintenance, inactive or down."""
     before = await _known_host(conn, host_id)
-    if not before.is_active or before.status is not HostStatus.UP:
-        raise HostNotScannable(f"host {host_id!r} is inactive or down; it cannot be scanned")
     receipt = await publisher.publish(HostScanRequested(**stamp(caller, clock), host_id=host_id))
     return await answer(
         receipt,

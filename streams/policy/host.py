@@ -129,10 +129,10 @@ def wake_at(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:
     """When the due index must look at this host again; None: only an event can wake it."""
     if schedule.in_flight is not None:
         return None  # The dispatcher owns the deadline; a result or timeout will come.
-    if not (schedule.is_active and schedule.status is HostStatus.UP):
-        return None  # A status change (an event) wakes it.
     if schedule.force_requested:
         return schedule.next_scheduled_scan
+    if not (schedule.is_active and schedule.status is HostStatus.UP):
+        return None  # A status change (an event) wakes it.
     if not config.enabled:
         return None
     if schedule.maintenance_mode:
@@ -221,9 +221,12 @@ def _set_maintenance(
 
 
 def _request_force(draft: _Draft, *, now: datetime) -> str | None:
+    """Scan now, whatever the inventory says of the host's activity and status.
+
+    An operator forces a scan of a host marked inactive or down to check it (the inventory may
+    be stale); a scan that fails is retried by the usual rules, held while inactive or down.
+    """
     values = draft.values
-    if not values["is_active"] or values["status"] is HostStatus.DOWN:
-        return "host_not_scannable"
     in_flight = values["in_flight"]
     if in_flight is None:
         values["force_requested"] = True
@@ -356,12 +359,11 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
     values = draft.values
     if values["in_flight"] is not None:
         return
-    if not values["is_active"] or values["status"] is HostStatus.DOWN:
-        return
     if values["next_scheduled_scan"] > now:
         return
     forced = values["force_requested"]
-    if not forced and (not config.enabled or values["maintenance_mode"]):
+    scannable = values["is_active"] and values["status"] is not HostStatus.DOWN
+    if not forced and (not scannable or not config.enabled or values["maintenance_mode"]):
         return
     if forced:
         reason, priority, due_at = CommandReason.FORCE, FORCE_PRIORITY, now

@@ -832,11 +832,22 @@ async def test_wait_answers_202_when_the_projection_does_not_show_the_change(
     assert response.json()["status"] == "accepted"
 
 
-async def test_force_scan_of_an_inactive_or_down_host_is_409(stack: Stack) -> None:
+async def test_force_scan_of_an_inactive_or_down_host_is_published(stack: Stack) -> None:
+    names = stack.settings.topics
+    ids = []
     for host_id in ("h-029", "h-027"):
         response = await stack.client.post(f"{P}/hosts/{host_id}/force-scan", headers=stack.auth())
-        assert response.status_code == 409
-        assert "inactive or down" in response.json()["detail"]
+        assert response.status_code == 202
+        ids.append(response.json()["event_id"])
+    async with Collector(stack.settings, names.schedule_changes) as collected:
+        await collected.wait_for(
+            lambda: {v["event_id"] for v in collected.values(names.schedule_changes)} >= set(ids),
+            timeout=10,
+            what="both force scans published",
+        )
+        forced = [v for v in collected.values(names.schedule_changes) if v["event_id"] in ids]
+    assert sorted(v["host_id"] for v in forced) == ["h-027", "h-029"]
+    assert {v["type"] for v in forced} == {"host.scan_requested"}
 
 
 async def test_revoked_token_is_refused_at_once(stack: Stack) -> None:

@@ -142,6 +142,35 @@ async def test_force_scan_runs_at_once_even_in_maintenance(settings: Settings, w
     assert forced["reason"] == "force" and forced["priority"] == 10
 
 
+async def test_force_scan_of_an_inactive_or_down_host_is_sent(settings: Settings, workers) -> None:
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    async with ScannerFleet(settings) as fleet:
+        await publish(
+            producer, names.object_created, "off-2", host_created("off-2", is_active=False)
+        )
+        await publish(
+            producer, names.object_created, "down-2", host_created("down-2", status="down")
+        )
+        await publish(producer, names.object_created, "probe", host_created("probe"))
+        await wait_until(
+            lambda: fleet.commands_for("probe"), timeout=15, what="the active host's first scan"
+        )
+        assert fleet.commands_for("off-2") == [] and fleet.commands_for("down-2") == []
+        for host in ("off-2", "down-2"):
+            await publish(producer, names.schedule_changes, host, scan_requested(host))
+        await wait_until(
+            lambda: fleet.commands_for("off-2") and fleet.commands_for("down-2"),
+            timeout=15,
+            what="both forced scans",
+        )
+    await producer.stop()
+    for host in ("off-2", "down-2"):
+        [forced] = fleet.commands_for(host)
+        assert forced["reason"] == "force" and forced["priority"] == 10
+
+
 async def test_maintenance_holds_scans_until_it_ends_then_the_overdue_host_is_scanned(
     fast_settings: Settings, workers
 ) -> None:

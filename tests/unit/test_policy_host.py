@@ -1005,25 +1005,50 @@ def test_force_while_claimed_but_not_issued_re_requests_the_same_command() -> No
     assert decision.schedule.force_requested is False
 
 
-def test_force_on_a_down_host_is_refused() -> None:
-    schedule = scanned(completed_at=NOW)
-    down = schedule.model_copy(update={"status": HostStatus.DOWN})
+@pytest.mark.parametrize(
+    "update", [{"status": HostStatus.DOWN}, {"is_active": False}], ids=["down", "inactive"]
+)
+def test_force_on_a_down_or_inactive_host_is_queued_at_top_priority(
+    update: dict[str, object],
+) -> None:
+    schedule = scanned(completed_at=NOW).model_copy(update=update)
+    at = NOW + MINUTE
 
-    decision = decide(
-        down, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
-    )
+    decision = decide(schedule, scan_requested(at=at), now=at, config=DEFAULT_CONFIG)
 
-    assert decision.ignored == "host_not_scannable"
-    assert decision.dispatch == ()
+    assert decision.ignored is None
+    [request] = decision.dispatch
+    assert request.reason is CommandReason.FORCE and request.priority == 10
+    assert request.due_at == at
     assert decision.schedule is not None and decision.schedule.force_requested is False
 
 
-def test_down_host_with_pending_force_does_not_wake_every_tick() -> None:
-    """A force waiting behind a running command, then the host goes down.
+def test_failed_force_on_a_down_host_is_retried_only_once_it_is_up() -> None:
+    down = scanned(completed_at=NOW).model_copy(update={"status": HostStatus.DOWN})
+    at = NOW + MINUTE
+    forced = decide(down, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).schedule
+    command = in_flight_id(forced)
+    failed_at = at + MINUTE
+    after = decide(
+        forced, scan_failed(command, completed_at=failed_at), now=failed_at, config=DEFAULT_CONFIG
+    ).schedule
+    assert after is not None and after.in_flight is None
+    assert wake_at(after, DEFAULT_CONFIG) is None  # Held while down: no retry, no tick.
 
-    While down nothing can be claimed, so the due index must not be asked to wake the host at
-    an instant that has already passed (the worker would send HostDue on every tick).
-    """
+    much_later = failed_at + timedelta(hours=1)
+    held = decide(after, host_due(at=much_later), now=much_later, config=DEFAULT_CONFIG)
+    assert held.dispatch == ()
+    up = decide(
+        after, status_changed(status=HostStatus.UP, at=much_later), now=much_later,
+        config=DEFAULT_CONFIG,
+    )  # fmt: skip
+    [retry] = up.dispatch
+    assert retry.reason is CommandReason.RETRY
+
+
+def test_force_waiting_behind_a_running_command_runs_after_it_even_if_the_host_went_down() -> None:
+    """A force waiting behind a running command, then the host goes down: the operator's
+    request still runs once the slot is free, and the host never wakes on every tick."""
     schedule = issued(onboarded(at=NOW), at=NOW)
     forced = decide(
         schedule, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
@@ -1035,20 +1060,17 @@ def test_down_host_with_pending_force_does_not_wake_every_tick() -> None:
         config=DEFAULT_CONFIG,
     ).schedule
     done = NOW + 5 * MINUTE
-    after = decide(
+    decision = decide(
         down,
         scan_succeeded(in_flight_id(schedule), completed_at=done),
         now=done,
         config=DEFAULT_CONFIG,
-    ).schedule
-    assert after is not None and after.in_flight is None
-
-    tick = done + SECOND
-    woken = decide(after, host_due(at=tick), now=tick, config=DEFAULT_CONFIG)
-    assert woken.dispatch == () and not woken.changed
-
-    wake = wake_at(after, DEFAULT_CONFIG)
-    assert wake is None or wake > tick
+    )
+    [request] = decision.dispatch
+    assert request.reason is CommandReason.FORCE
+    after = decision.schedule
+    assert after is not None and after.force_requested is False
+    assert wake_at(after, DEFAULT_CONFIG) is None
 
 
 # --- re-planning after a config change ----------------------------------------------
