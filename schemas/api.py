@@ -107,6 +107,11 @@ class StatusPublic(Contract):
         " earliest due first; as many as `?upcoming=` asks (10 by default).",
     )
     due_next_hour: int = Field(description="Hosts outside maintenance due within the hour.")
+    unmatched_results: int = Field(
+        default=0,
+        description="Results received whose command_id names no command Kairos issued; "
+        "they are kept in history as `unmatched` and change no host.",
+    )
     max_concurrent_scans: int
     projection_lag_seconds: float | None = Field(
         description="How far the read model trails the events: seconds from the newest event "
@@ -228,7 +233,10 @@ class ScanResultPublic(Contract):
     command_id: str
     host_id: str
     scanner: str
-    status: str
+    status: str = Field(
+        description="`succeeded` or `failed` as the scanner reported, or `unmatched` when the "
+        "result names no command Kairos issued (it changed nothing)."
+    )
     started_at: Timestamp | None
     completed_at: Timestamp
     score: float | None
@@ -240,6 +248,12 @@ class ScanResultPublic(Contract):
     severity_low_failed: int
     scan_id: str | None
     error: str | None
+    matched: bool = Field(
+        default=True, description="False: no command Kairos issued has this `command_id`."
+    )
+    reported_status: str | None = Field(
+        default=None, description="What the scanner reported, when `status` is `unmatched`."
+    )
 
 
 class CommandPublic(Contract):

@@ -21,7 +21,7 @@ from schemas.api import Role
 from schemas.topics import CONFIG_KEY
 from tests.integration.test_api import P, bearer, closed_port, prepare, running_api
 from tests.support.agents import ScannerFleet, always
-from tests.support.factories import config_updated, host_created
+from tests.support.factories import config_updated, host_created, scan_result
 from tests.support.kafka import publish, start_producer, wait_until
 from tests.support.stack import kairos_executable, settings_env
 
@@ -244,3 +244,47 @@ async def test_imported_hosts_are_all_scanned_with_first_scans_spread(
     earliest, latest = min(firsts.values()), max(firsts.values())
     assert latest - earliest > window / 2, "first scans were not spread"
     assert latest - earliest <= window + timedelta(minutes=2)
+
+
+async def test_result_for_a_command_never_issued_is_unmatched_never_a_success(
+    settings: Settings, workers
+) -> None:
+    tokens = await prepare(settings)
+    workers(settings)
+    guest = bearer(tokens[Role.GUEST])
+    producer = await start_producer(settings)
+    async with (
+        ScannerFleet(settings, score_for=always(10)) as fleet,
+        running_api(settings) as client,
+    ):
+        await publish(producer, settings.topics.object_created, "um-1", host_created("um-1"))
+        scanned = await eventually(
+            client,
+            f"{P}/hosts/um-1",
+            guest,
+            lambda body: body["last_scan_completed"] is not None,
+        )
+        assert scanned["state"] == "critical"
+        stray = scan_result(
+            {"command_id": "never-issued-1", "host_id": "um-1"}, score=100, succeeded=True
+        )
+        await publish(producer, settings.topics.scan_completed, "um-1", stray)
+        status = await eventually(
+            client, f"{P}/status", guest, lambda body: body["unmatched_results"] == 1
+        )
+        history = await eventually(
+            client,
+            f"{P}/hosts/um-1/history",
+            guest,
+            lambda body: any(e.get("command_id") == "never-issued-1" for e in body["data"]),
+        )
+        host = (await client.get(f"{P}/hosts/um-1", headers=guest)).json()
+    await producer.stop()
+    [entry] = [e for e in history["data"] if e.get("command_id") == "never-issued-1"]
+    assert entry["kind"] == "scan" and entry["status"] == "unmatched"
+    assert entry["matched"] is False and entry["reported_status"] == "succeeded"
+    matched = [e for e in history["data"] if e["kind"] == "scan" and e is not entry]
+    assert matched and all(e["status"] == "succeeded" and e["matched"] for e in matched)
+    assert host["state"] == "critical" and host["score"] == 10
+    assert host["latest_scan"]["command_id"] == fleet.commands[0]["command_id"]
+    assert status["unmatched_results"] == 1
