@@ -158,6 +158,7 @@ changes = st.fixed_dictionaries(
         "scan_timeout_seconds": st.integers(60, 3600),
         "retry_delay_seconds": st.integers(0, 86_400),
         "initial_spread_seconds": st.integers(0, 86_400),
+        "priority_aging_minutes": st.integers(0, 10_080),
     },
 ).filter(bool)
 
