@@ -126,19 +126,28 @@ def decide(
 
 
 def wake_at(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:
-    """When the due index must look at this host again; None: only an event can wake it."""
+    """When the due index must look at this host again; None: only an event can wake it.
+
+    Maintenance with an end wakes the host at that end whatever else holds it (a command in
+    flight, inactive, down, the scheduler paused): the host must leave the `maintenance` state
+    at that instant, not at its next scan or its next event.
+    """
+    scan = _next_scan_wake(schedule, config)
+    if not schedule.maintenance_mode or schedule.maintenance_until is None:
+        return scan
+    ends = schedule.maintenance_until
+    return ends if scan is None else min(ends, scan)
+
+
+def _next_scan_wake(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:
     if schedule.in_flight is not None:
         return None  # The dispatcher owns the deadline; a result or timeout will come.
     if schedule.force_requested:
         return schedule.next_scheduled_scan
     if not (schedule.is_active and schedule.status is HostStatus.UP):
         return None  # A status change (an event) wakes it.
-    if not config.enabled:
-        return None
-    if schedule.maintenance_mode:
-        # Maintenance ends exactly at its end, whether or not a scan is due by then: the host
-        # must leave the `maintenance` state at that instant, not at its next scan.
-        return schedule.maintenance_until
+    if not config.enabled or schedule.maintenance_mode:
+        return None  # Scheduled scans are held; toggling or leaving maintenance wakes it.
     return schedule.next_scheduled_scan
 
 

@@ -778,6 +778,53 @@ def test_short_maintenance_ends_at_its_end_not_at_the_next_scan() -> None:
     assert wake_at(after, DEFAULT_CONFIG) == NOW + timedelta(hours=24)
 
 
+@pytest.mark.parametrize(
+    ("update", "config"),
+    [
+        ({"status": HostStatus.DOWN}, DEFAULT_CONFIG),
+        ({"is_active": False}, DEFAULT_CONFIG),
+        ({}, DEFAULT_CONFIG.model_copy(update={"enabled": False})),
+    ],
+    ids=["down", "inactive", "paused"],
+)
+def test_maintenance_ends_on_time_even_when_nothing_could_be_scanned(
+    update: dict[str, object], config: SchedulerConfig
+) -> None:
+    schedule = scanned(score=100.0, completed_at=NOW).model_copy(update=update)
+    held = decide(
+        schedule, maintenance_set(enabled=True, duration_hours=2, at=NOW), now=NOW, config=config
+    ).schedule
+    assert held is not None
+    until = NOW + timedelta(hours=2)
+    assert wake_at(held, config) == until
+
+    at_end = decide(held, host_due(at=until), now=until, config=config)
+
+    assert at_end.changed and at_end.dispatch == ()
+    assert at_end.schedule is not None and at_end.schedule.maintenance_mode is False
+    assert at_end.schedule.state is ComplianceState.COMPLIANT
+    assert wake_at(at_end.schedule, config) is None  # Nothing to do until an event.
+
+
+def test_maintenance_ends_on_time_while_a_forced_scan_runs() -> None:
+    held = decide(
+        scanned(score=100.0, completed_at=NOW),
+        maintenance_set(enabled=True, duration_hours=1, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    forced = decide(held, scan_requested(at=NOW), now=NOW, config=DEFAULT_CONFIG).schedule
+    assert forced is not None and forced.in_flight is not None
+    until = NOW + timedelta(hours=1)
+    assert wake_at(forced, DEFAULT_CONFIG) == until
+
+    at_end = decide(forced, host_due(at=until), now=until, config=DEFAULT_CONFIG).schedule
+
+    assert at_end is not None and at_end.maintenance_mode is False
+    assert at_end.in_flight == forced.in_flight
+    assert wake_at(at_end, DEFAULT_CONFIG) is None
+
+
 def test_maintenance_shows_the_maintenance_interval_and_priority() -> None:
     config = SchedulerConfig(interval_maintenance=600, priority_maintenance=2)
     schedule = scanned(score=100.0, completed_at=NOW, config=config)
