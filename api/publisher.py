@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -17,7 +18,7 @@ from aiokafka.errors import KafkaError
 from api.errors import KafkaUnavailable
 from kairos.settings import Settings
 from schemas.api import Accepted
-from schemas.events import HostChange, ScheduleChange
+from schemas.events import HostChange, ObjectEvent, ScheduleChange
 from schemas.topics import CONFIG_KEY
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,35 @@ class Publisher:
                 f"{self._timeout:g}s ({_described(error)}); it may not have been published"
             ) from None
         return Accepted(event_id=change.event_id)
+
+    async def publish_objects(self, events: Sequence[ObjectEvent], *, batch_size: int) -> int:
+        """Send `events` on `object-created` (key = object id), `batch_size` at a time.
+
+        Each batch is handed to the producer without waiting per record, then awaited whole
+        (acknowledged by all in-sync replicas) before the next one starts. Returns the number
+        of batches; KafkaUnavailable names how many batches were acknowledged before it.
+        """
+        producer = await self._ready()
+        topic = self._settings.topics.object_created
+        batches = 0
+        for start in range(0, len(events), batch_size):
+            chunk = events[start : start + batch_size]
+            try:
+                sent = [
+                    await producer.send(
+                        topic, event.model_dump_json().encode(), key=event.object_id.encode()
+                    )
+                    for event in chunk
+                ]
+                await asyncio.wait_for(asyncio.gather(*sent), self._timeout)
+            except (TimeoutError, KafkaError, OSError) as error:
+                raise KafkaUnavailable(
+                    f"{self._where} did not acknowledge host batch {batches + 1} on {topic} "
+                    f"within {self._timeout:g}s ({_described(error)}); {batches} of "
+                    f"{-(-len(events) // batch_size)} batches were published"
+                ) from None
+            batches += 1
+        return batches
 
     async def check(self) -> str:
         """ "ok" when the broker answers and the schedule-changes topic exists, else why not."""

@@ -29,6 +29,7 @@ from schemas.api import (
     ScanResultPublic,
     SchedulerConfigPublic,
     StatusPublic,
+    UpcomingScanPublic,
 )
 from schemas.base import ComplianceState
 from schemas.commands import ADAPTIVE_SCANNER
@@ -112,8 +113,24 @@ DUE_SOON_COUNT = (
 """Served by the index host_schedule_scannable (migration 006)."""
 
 
-async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusPublic:
-    """Counters plus two range counts over the due index: no full scan at any fleet size."""
+_PROMISE_KEPT_FOR = "NOT maintenance_mode AND NOT deleted AND is_active"
+PAST_PROMISE_COUNT = (
+    f"SELECT count(*) FROM host_schedule WHERE {_PROMISE_KEPT_FOR}"
+    " AND COALESCE(last_scan_completed, created_at) < %(promised_since)s"
+)
+"""Served by the index host_schedule_promise (migration 008)."""
+UPCOMING = (
+    "SELECT host_id, hostname, state, next_scheduled_scan AS due_at, scan_priority AS priority"
+    f" FROM host_schedule WHERE {_SCANNABLE} AND {_WAITING}"
+    " ORDER BY next_scheduled_scan, scan_priority DESC, host_id LIMIT %(limit)s"
+)
+"""Served by the index host_schedule_dispatchable (migration 004) in due order."""
+
+
+async def get_status(
+    conn: psycopg.AsyncConnection, *, now: datetime, upcoming: int = 10
+) -> StatusPublic:
+    """Counters, range counts over the due index and the next hosts due: no full scan."""
     config = await get_config(conn)
     states = await _rows(conn, "SELECT state, hosts FROM host_state_counts", {})
     flags = {
@@ -126,6 +143,10 @@ async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusP
     due_next_hour = await _count(
         conn, DUE_SOON_COUNT, {"now": now, "until": now + timedelta(hours=1)}
     )
+    promised_since = now - timedelta(minutes=config.max_interval_minutes)
+    past_promise = await _count(conn, PAST_PROMISE_COUNT, {"promised_since": promised_since})
+    next_hosts = await _rows(conn, UPCOMING, {"limit": upcoming}) if upcoming else []
+    unmatched = await _count(conn, UNMATCHED_COUNT, {})
     lag, backlog, applied_at = await get_projection_lag(conn)
     return StatusPublic(
         enabled=config.enabled,
@@ -137,13 +158,29 @@ async def get_status(conn: psycopg.AsyncConnection, *, now: datetime) -> StatusP
         inactive=flags.get("inactive", 0),
         down=flags.get("down", 0),
         overdue=overdue,
+        past_promise=past_promise,
+        upcoming=[UpcomingScanPublic(**row) for row in next_hosts],
         due_next_hour=due_next_hour,
+        unmatched_results=unmatched,
         max_concurrent_scans=config.max_concurrent_scans,
         projection_lag_seconds=lag,
         projection_backlog=backlog,
         projection_applied_at=applied_at,
         as_of=now,
     )
+
+
+UNMATCHED_COUNT = "SELECT count(*) FROM scan_results WHERE NOT matched"
+"""Served by the partial index scan_results_unmatched (migration 009)."""
+NEVER_SCANNED_COUNT = (
+    "SELECT count(*) FROM host_schedule"
+    " WHERE NOT deleted AND last_scan_completed IS NULL AND in_flight_command_id IS NULL"
+)
+
+
+async def count_hosts_to_initialize(conn: psycopg.AsyncConnection) -> int:
+    """Hosts POST /initialize re-plans: never scanned successfully, no command in flight."""
+    return await _count(conn, NEVER_SCANNED_COUNT, {})
 
 
 async def get_projection_lag(
@@ -288,8 +325,19 @@ _DETAIL_COLUMNS = sql.SQL(", ").join(
     sql.Identifier(name) for name in HostDetailPublic.model_fields if name != "latest_scan"
 )
 _SCAN_COLUMNS = sql.SQL(", ").join(
-    sql.Identifier(name) for name in ScanResultPublic.model_fields if name != "kind"
+    sql.Identifier(name)
+    for name in ScanResultPublic.model_fields
+    if name not in ("kind", "reported_status")
 )
+
+
+def _scan(row: Row) -> ScanResultPublic:
+    """A stored result; one naming no issued command shows as `unmatched`, never a success."""
+    if row["matched"]:
+        return ScanResultPublic(**row)
+    return ScanResultPublic(**{**row, "status": "unmatched", "reported_status": row["status"]})
+
+
 _COMMAND_COLUMNS = sql.SQL(", ").join(
     sql.Identifier(name) for name in CommandPublic.model_fields if name != "kind"
 )
@@ -310,11 +358,11 @@ async def get_host(conn: psycopg.AsyncConnection, *, host_id: str) -> HostDetail
         conn,
         sql.SQL(
             "SELECT {columns} FROM scan_results WHERE host_id = %(host_id)s"
-            " AND scanner = %(scanner)s ORDER BY completed_at DESC LIMIT 1"
+            " AND scanner = %(scanner)s AND matched ORDER BY completed_at DESC LIMIT 1"
         ).format(columns=_SCAN_COLUMNS),
         {"host_id": host_id, "scanner": ADAPTIVE_SCANNER},
     )
-    return HostDetailPublic(**row, latest_scan=ScanResultPublic(**scan) if scan else None)
+    return HostDetailPublic(**row, latest_scan=_scan(scan) if scan else None)
 
 
 async def get_host_version(conn: psycopg.AsyncConnection, *, host_id: str) -> int | None:
@@ -353,7 +401,7 @@ async def list_host_history(
     command_ids = [entry["id"] for entry in entries if entry["kind"] == "command"]
     scans = (
         {
-            str(row["event_id"]): ScanResultPublic(**row)
+            str(row["event_id"]): _scan(row)
             for row in await _rows(
                 conn,
                 sql.SQL("SELECT {} FROM scan_results WHERE event_id = ANY(%(ids)s::uuid[])").format(
@@ -421,7 +469,7 @@ async def get_command(
         ).format(_SCAN_COLUMNS),
         {"command_id": command_id},
     )
-    return CommandDetailPublic(**row, results=[ScanResultPublic(**result) for result in results])
+    return CommandDetailPublic(**row, results=[_scan(result) for result in results])
 
 
 _DEAD_LETTER_COLUMNS = sql.SQL(", ").join(

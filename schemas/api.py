@@ -71,6 +71,16 @@ class SchedulerConfigPublic(SchedulerConfig):
     updated_at: Timestamp | None = None
 
 
+class UpcomingScanPublic(Contract):
+    """One host whose scan comes next: when it is due and with which priority."""
+
+    host_id: str
+    hostname: str | None = None
+    state: ComplianceState
+    due_at: Timestamp = Field(description="The host's `next_scheduled_scan` (may be past).")
+    priority: int = Field(description="The host's `scan_priority`.")
+
+
 class StatusPublic(Contract):
     """The scheduler at a glance, from counters the projector keeps current."""
 
@@ -83,9 +93,25 @@ class StatusPublic(Contract):
     inactive: int
     down: int
     overdue: int = Field(
-        description="Active, up hosts outside maintenance, past their next scan, none in flight."
+        description="Past due and not dispatched: active, up hosts outside maintenance whose "
+        "next scan has passed and that have no command in flight."
+    )
+    past_promise: int = Field(
+        default=0,
+        description="Past the promise: active hosts outside maintenance whose last successful "
+        "scan (or creation, if never scanned) is older than `max_interval_minutes` (48 h).",
+    )
+    upcoming: list[UpcomingScanPublic] = Field(
+        default_factory=list,
+        description="The next hosts due (active, up, outside maintenance, no command in flight),"
+        " earliest due first; as many as `?upcoming=` asks (10 by default).",
     )
     due_next_hour: int = Field(description="Hosts outside maintenance due within the hour.")
+    unmatched_results: int = Field(
+        default=0,
+        description="Results received whose command_id names no command Kairos issued; "
+        "they are kept in history as `unmatched` and change no host.",
+    )
     max_concurrent_scans: int
     projection_lag_seconds: float | None = Field(
         description="How far the read model trails the events: seconds from the newest event "
@@ -112,7 +138,10 @@ def _given_never_null(model: type[BaseModel]) -> dict[str, Any]:
     """The fields of a partial-update model, each optional to give but never null."""
     fields: dict[str, Any] = {}
     for name, info in model.model_fields.items():
-        assert info.annotation == int | None, f"{name}: only optional ints are expected"
+        if info.annotation == bool | None:
+            fields[name] = (StrictBool, Field(default=None, description=info.description))
+            continue
+        assert info.annotation == int | None, f"{name}: only optional ints or bools are expected"
         # Constraints first, so they stay on the integer schema (minimum/maximum).
         constrained = Annotated[(int, *info.metadata, BeforeValidator(_json_integer))]
         fields[name] = (constrained, Field(default=None, description=info.description))
@@ -162,6 +191,32 @@ class HostPublic(Contract):
     version: int
 
 
+class HostImportRow(Contract):
+    """One host of a bulk import (a JSON line, an array item or a CSV row)."""
+
+    id: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00]*$")
+    hostname: str | None = Field(default=None, max_length=255)
+    organization: str | None = Field(default=None, max_length=255)
+    labels: dict[str, str] = Field(default_factory=dict)
+    active: StrictBool = True
+
+
+class HostsImported(Contract):
+    """A bulk import was published: one `object-created` event per host."""
+
+    status: str = Field(default="accepted")
+    hosts: int = Field(description="Hosts published (one object-created event each).")
+    batches: int = Field(description="Batches they were published in, each acknowledged.")
+
+
+class InitializeAccepted(Accepted):
+    """POST /initialize was published; `hosts` is what the read model shows it will re-plan."""
+
+    hosts: int = Field(
+        description="Known hosts never scanned successfully and with no command in flight."
+    )
+
+
 class HostsPublic(Contract):
     data: list[HostPublic]
     count: int = Field(description="Hosts matching the filters, over all pages.")
@@ -178,7 +233,10 @@ class ScanResultPublic(Contract):
     command_id: str
     host_id: str
     scanner: str
-    status: str
+    status: str = Field(
+        description="`succeeded` or `failed` as the scanner reported, or `unmatched` when the "
+        "result names no command Kairos issued (it changed nothing)."
+    )
     started_at: Timestamp | None
     completed_at: Timestamp
     score: float | None
@@ -190,6 +248,12 @@ class ScanResultPublic(Contract):
     severity_low_failed: int
     scan_id: str | None
     error: str | None
+    matched: bool = Field(
+        default=True, description="False: no command Kairos issued has this `command_id`."
+    )
+    reported_status: str | None = Field(
+        default=None, description="What the scanner reported, when `status` is `unmatched`."
+    )
 
 
 class CommandPublic(Contract):

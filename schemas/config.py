@@ -40,6 +40,13 @@ class SchedulerConfig(Contract):
     initial_spread_seconds: int = Field(
         default=0, ge=0, le=86_400, description="Spread first scans of new hosts over this window."
     )
+    priority_aging_minutes: int = Field(
+        default=0,
+        ge=0,
+        le=10_080,
+        description="A waiting command gains one priority step per this many minutes past its "
+        "due time (up to the top priority), so low priorities are never starved; 0 = off.",
+    )
     version: int = Field(default=0, ge=0, description="Bumped on every accepted change.")
 
     def interval_minutes(self, state: ComplianceState) -> int:
@@ -52,6 +59,9 @@ class SchedulerConfig(Contract):
 class ConfigChanges(Contract):
     """A partial update of SchedulerConfig; every field optional, same ranges."""
 
+    enabled: bool | None = Field(
+        default=None, description="Pause (false) or resume (true) dispatch, as scheduler.toggled."
+    )
     interval_unknown: int | None = Field(default=None, ge=0, le=2880)
     interval_critical: int | None = Field(default=None, ge=15, le=2880)
     interval_low: int | None = Field(default=None, ge=30, le=2880)
@@ -71,3 +81,4 @@ class ConfigChanges(Contract):
     scan_timeout_seconds: int | None = Field(default=None, ge=60, le=3600)
     retry_delay_seconds: int | None = Field(default=None, ge=0, le=86_400)
     initial_spread_seconds: int | None = Field(default=None, ge=0, le=86_400)
+    priority_aging_minutes: int | None = Field(default=None, ge=0, le=10_080)

@@ -410,6 +410,7 @@ class KairosWorker:
             now=now,
             cap=self.config.max_concurrent_scans,
             timeout=timedelta(seconds=self.config.scan_timeout_seconds),
+            aging_minutes=self.config.priority_aging_minutes,
         )
         if waiting is not None and waiting.command_id not in {i.request.command_id for i in issued}:
             # Recorded as waiting only if it still is: an issued entry would replace it at once.

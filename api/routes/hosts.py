@@ -2,36 +2,43 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from api import queries
-from api.deps import AnalystDep, ClockDep, ConnDep, GuestDep, PublisherDep
+from api.deps import AdminDep, AnalystDep, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import (
-    CONFLICT,
     NOT_FOUND,
     READ_ERRORS,
     HostNotFound,
-    HostNotScannable,
 )
 from api.pagination import decode_cursor, split_page
 from api.routes import PREFIX
+from api.routes.host_import import parse_import
 from api.writes import WaitDep, answer, stamp, write_answers
 from schemas.api import (
     Accepted,
     HostDetailPublic,
     HostHistoryPublic,
+    HostImportRow,
+    HostsImported,
     HostsPublic,
     MaintenanceUpdate,
 )
-from schemas.base import ComplianceState, HostStatus
-from schemas.events import HostMaintenanceSet, HostScanRequested
+from schemas.base import ComplianceState
+from schemas.events import HostMaintenanceSet, HostScanRequested, ObjectAttributes, ObjectEvent
 
 router = APIRouter(prefix=PREFIX, tags=["hosts"])
+
+HOST_OBJECT_TYPE = "host"
+IMPORT_BATCH_SIZE = 500
+"""Hosts per acknowledged batch of a bulk import."""
+HOST_IMPORT_ROW = HostImportRow.model_json_schema()
 
 NO_NUL = r"^[^\x00]*$"
 HostId = Annotated[str, Path(min_length=1, max_length=255, pattern=NO_NUL)]
@@ -89,6 +96,54 @@ async def list_hosts(
     )
     hosts, next_cursor = split_page(rows, limit, queries.host_key)
     return HostsPublic(data=hosts, count=count, next_cursor=next_cursor)
+
+
+@router.post(
+    "/hosts:import",
+    status_code=202,
+    response_model=HostsImported,
+    responses=write_answers(),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "Hosts as JSON lines, a JSON array or CSV (header: id, hostname, "
+            "organization, labels, active).",
+            "content": {
+                "application/x-ndjson": {"schema": HOST_IMPORT_ROW},
+                "application/json": {"schema": {"type": "array", "items": HOST_IMPORT_ROW}},
+                "text/csv": {"schema": {"type": "string"}},
+            },
+        }
+    },
+)
+async def import_hosts(
+    request: Request, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+) -> HostsImported:
+    """Onboard many hosts: one object-created event each, published in acknowledged batches.
+
+    All rows are checked first; one bad row refuses the whole import (422 names its line).
+    First scans of new hosts spread over the config's `initial_spread_seconds`; a host
+    already known keeps its schedule and takes the new attributes.
+    """
+    rows = parse_import(await request.body(), request.headers.get("content-type", ""))
+    now = clock.now()
+    events = [
+        ObjectEvent(
+            event_id=uuid.uuid4(),
+            object_type=HOST_OBJECT_TYPE,
+            object_id=row.id,
+            occurred_at=now,
+            attributes=ObjectAttributes(
+                hostname=row.hostname,
+                organization=row.organization,
+                labels=row.labels,
+                is_active=row.active,
+            ),
+        )
+        for row in rows
+    ]
+    batches = await publisher.publish_objects(events, batch_size=IMPORT_BATCH_SIZE)
+    return HostsImported(hosts=len(events), batches=batches)
 
 
 @router.get(
@@ -155,7 +210,7 @@ async def set_maintenance(
     "/hosts/{host_id}/force-scan",
     status_code=202,
     response_model=Accepted,
-    responses={**write_answers(HostDetailPublic), **NOT_FOUND, **CONFLICT},
+    responses={**write_answers(HostDetailPublic), **NOT_FOUND},
 )
 async def force_scan(
     host_id: HostId,
@@ -165,10 +220,8 @@ async def force_scan(
     caller: AnalystDep,
     wait: WaitDep,
 ) -> JSONResponse:
-    """Scan a host now with top priority, even in maintenance."""
+    """Scan a host now with top priority, even in maintenance, inactive or down."""
     before = await _known_host(conn, host_id)
-    if not before.is_active or before.status is not HostStatus.UP:
-        raise HostNotScannable(f"host {host_id!r} is inactive or down; it cannot be scanned")
     receipt = await publisher.publish(HostScanRequested(**stamp(caller, clock), host_id=host_id))
     return await answer(
         receipt,

@@ -11,8 +11,14 @@ from api import queries
 from api.deps import AdminDep, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, InvalidInput
 from api.routes import PREFIX
-from api.writes import WaitDep, accepted, answer, stamp, write_answers
-from schemas.api import Accepted, ConfigUpdate, SchedulerConfigPublic, StatusPublic
+from api.writes import EVENT_ID_HEADER, WaitDep, answer, stamp, write_answers
+from schemas.api import (
+    Accepted,
+    ConfigUpdate,
+    InitializeAccepted,
+    SchedulerConfigPublic,
+    StatusPublic,
+)
 from schemas.config import ConfigChanges
 from schemas.events import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 
@@ -83,13 +89,29 @@ async def toggle(
 
 
 @router.get("/status", response_model=StatusPublic, responses=READ_ERRORS)
-async def status(conn: ConnDep, clock: ClockDep, caller: GuestDep) -> StatusPublic:
-    """Counts by state, in flight, overdue, due within the hour, and the projection's lag."""
-    return await queries.get_status(conn, now=clock.now())
+async def status(
+    conn: ConnDep,
+    clock: ClockDep,
+    caller: GuestDep,
+    upcoming: Annotated[int, Query(ge=0, le=100, description="How many next hosts due.")] = 10,
+) -> StatusPublic:
+    """Counts by state, in flight, overdue, due within the hour, the next hosts due, lag."""
+    return await queries.get_status(conn, now=clock.now(), upcoming=upcoming)
 
 
-@router.post("/initialize", status_code=202, response_model=Accepted, responses=write_answers())
-async def initialize(publisher: PublisherDep, clock: ClockDep, caller: AdminDep) -> JSONResponse:
-    """Make every known host that was never scanned successfully due now."""
+@router.post(
+    "/initialize", status_code=202, response_model=InitializeAccepted, responses=write_answers()
+)
+async def initialize(
+    conn: ConnDep, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+) -> JSONResponse:
+    """Make every known host never scanned successfully (and with no command in flight) due
+    now; `hosts` says how many the read model shows at this moment."""
+    hosts = await queries.count_hosts_to_initialize(conn)
     receipt = await publisher.publish(HostsInitializeRequested(**stamp(caller, clock)))
-    return accepted(receipt)
+    body = InitializeAccepted(event_id=receipt.event_id, hosts=hosts)
+    return JSONResponse(
+        body.model_dump(mode="json"),
+        status_code=202,
+        headers={EVENT_ID_HEADER: str(receipt.event_id)},
+    )

@@ -16,6 +16,9 @@ from schemas.internal import DispatchRequested, ReleaseOutcome
 from streams.policy.ids import message_id
 
 RECENTLY_RELEASED_KEPT = 100_000
+AGED_PRIORITY_CEILING = 10
+"""Aging raises a waiting command's rank up to the top priority, never past it: among
+commands at the top, the one due earliest goes first."""
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,22 @@ class Issued:
     command: ScanCommand
 
 
+def aged_priority(request: DispatchRequested, *, now: datetime, aging_minutes: int) -> int:
+    """The rank of a waiting request: its priority plus one step per `aging_minutes` it has
+    waited since it was due (0: no aging), at most AGED_PRIORITY_CEILING."""
+    if aging_minutes <= 0 or request.priority >= AGED_PRIORITY_CEILING or now <= request.due_at:
+        return request.priority
+    steps = (now - request.due_at) // timedelta(minutes=aging_minutes)
+    return min(request.priority + steps, AGED_PRIORITY_CEILING)
+
+
 class DispatchQueue:
     """Waiting requests ordered by (priority desc, due asc) and the set in flight.
+
+    With aging, the rank is `aged_priority` instead of the priority, so a low-priority command
+    that waits long enough is issued before fresher higher-priority ones. Waiting requests are
+    kept in one heap per priority, ordered by due time: within one priority the earliest due
+    is also the most aged, so the next command is the best of at most ten heads.
 
     Idempotent: a request for a command already waiting, in flight or recently released is
     absorbed (a waiting one may be raised in priority), so replays never double-issue.
@@ -35,7 +52,7 @@ class DispatchQueue:
 
     def __init__(self) -> None:
         self._waiting: dict[str, DispatchRequested] = {}
-        self._heap: list[tuple[int, datetime, int, str]] = []
+        self._levels: dict[int, list[tuple[datetime, int, str]]] = {}
         self._in_flight: dict[str, tuple[DispatchRequested, datetime]] = {}
         self._deadlines: list[tuple[datetime, str]] = []
         self._released: OrderedDict[str, None] = OrderedDict()
@@ -68,7 +85,8 @@ class DispatchQueue:
             return False
         self._waiting[command] = request
         self._sequence += 1
-        heapq.heappush(self._heap, (-request.priority, request.due_at, self._sequence, command))
+        level = self._levels.setdefault(request.priority, [])
+        heapq.heappush(level, (request.due_at, self._sequence, command))
         return True
 
     def restore_in_flight(self, request: DispatchRequested, deadline: datetime) -> None:
@@ -97,15 +115,20 @@ class DispatchQueue:
             expired.append(entry[0])
         return expired
 
-    def issue(self, *, now: datetime, cap: int, timeout: timedelta) -> list[Issued]:
-        """Release waiting commands in priority order while fewer than `cap` are in flight."""
+    def issue(
+        self, *, now: datetime, cap: int, timeout: timedelta, aging_minutes: int = 0
+    ) -> list[Issued]:
+        """Release waiting commands in rank order while fewer than `cap` are in flight.
+
+        The rank is the priority, or with `aging_minutes` > 0 the `aged_priority` at `now`;
+        ties go to the earliest due, then to the earliest requested.
+        """
         issued: list[Issued] = []
-        while self._heap and len(self._in_flight) < cap:
-            negative_priority, _, _, command = heapq.heappop(self._heap)
-            request = self._waiting.get(command)
-            if request is None or request.priority != -negative_priority:
-                continue  # Released, or re-queued with a higher priority.
-            del self._waiting[command]
+        while len(self._in_flight) < cap:
+            command = self._pop_best(now=now, aging_minutes=aging_minutes)
+            if command is None:
+                break
+            request = self._waiting.pop(command)
             deadline = now + timeout
             self._in_flight[command] = (request, deadline)
             heapq.heappush(self._deadlines, (deadline, command))
@@ -113,6 +136,34 @@ class DispatchQueue:
         return issued
 
     # --- internals ---
+    def _pop_best(self, *, now: datetime, aging_minutes: int) -> str | None:
+        """Pop the best waiting command of all priority levels; None when none waits."""
+        best: tuple[int, datetime, int, int] | None = None
+        for priority in list(self._levels):
+            head = self._valid_head(priority)
+            if head is None:
+                continue
+            due_at, sequence, command = head
+            rank = aged_priority(self._waiting[command], now=now, aging_minutes=aging_minutes)
+            candidate = (-rank, due_at, sequence, priority)
+            if best is None or candidate < best:
+                best = candidate
+        if best is None:
+            return None
+        return heapq.heappop(self._levels[best[3]])[2]
+
+    def _valid_head(self, priority: int) -> tuple[datetime, int, str] | None:
+        """The earliest due entry of a level still waiting at that priority; drops stale ones."""
+        level = self._levels[priority]
+        while level:
+            head = level[0]
+            request = self._waiting.get(head[2])
+            if request is not None and request.priority == priority:
+                return head
+            heapq.heappop(level)  # Released, or re-queued with a higher priority.
+        del self._levels[priority]
+        return None
+
     def _remember_released(self, command_id: str) -> None:
         self._released[command_id] = None
         self._released.move_to_end(command_id)

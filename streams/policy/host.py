@@ -98,7 +98,7 @@ def decide(
         return Decision(None, ignored="unknown_host")
 
     draft = _Draft(values=schedule.model_dump())
-    _expire_maintenance(draft, now)
+    _expire_maintenance(draft, now, config)
     ignored: str | None = None
     match event:
         case HostMaintenanceSet():
@@ -126,19 +126,28 @@ def decide(
 
 
 def wake_at(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:
-    """When the due index must look at this host again; None: only an event can wake it."""
+    """When the due index must look at this host again; None: only an event can wake it.
+
+    Maintenance with an end wakes the host at that end whatever else holds it (a command in
+    flight, inactive, down, the scheduler paused): the host must leave the `maintenance` state
+    at that instant, not at its next scan or its next event.
+    """
+    scan = _next_scan_wake(schedule, config)
+    if not schedule.maintenance_mode or schedule.maintenance_until is None:
+        return scan
+    ends = schedule.maintenance_until
+    return ends if scan is None else min(ends, scan)
+
+
+def _next_scan_wake(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:
     if schedule.in_flight is not None:
         return None  # The dispatcher owns the deadline; a result or timeout will come.
-    if not (schedule.is_active and schedule.status is HostStatus.UP):
-        return None  # A status change (an event) wakes it.
     if schedule.force_requested:
         return schedule.next_scheduled_scan
-    if not config.enabled:
-        return None
-    if schedule.maintenance_mode:
-        if schedule.maintenance_until is None:
-            return None
-        return max(schedule.next_scheduled_scan, schedule.maintenance_until)
+    if not (schedule.is_active and schedule.status is HostStatus.UP):
+        return None  # A status change (an event) wakes it.
+    if not config.enabled or schedule.maintenance_mode:
+        return None  # Scheduled scans are held; toggling or leaving maintenance wakes it.
     return schedule.next_scheduled_scan
 
 
@@ -200,7 +209,7 @@ def _on_object_event(
     draft.values["attributes"] = attributes.model_dump()
     draft.values["is_active"] = attributes.is_active
     draft.values["status"] = attributes.status
-    _expire_maintenance(draft, now)
+    _expire_maintenance(draft, now, config)
     _claim_if_due(draft, now=now, config=config)
     return _finish(schedule, draft, event_id=event.event_id, now=now, ignored=None)
 
@@ -215,14 +224,18 @@ def _set_maintenance(
             now + timedelta(hours=event.duration_hours) if event.duration_hours else None
         )
         values["state"] = ComplianceState.MAINTENANCE
+        _show_plan(values, config)
     else:
-        _leave_maintenance(draft)
+        _leave_maintenance(draft, config)
 
 
 def _request_force(draft: _Draft, *, now: datetime) -> str | None:
+    """Scan now, whatever the inventory says of the host's activity and status.
+
+    An operator forces a scan of a host marked inactive or down to check it (the inventory may
+    be stale); a scan that fails is retried by the usual rules, held while inactive or down.
+    """
     values = draft.values
-    if not values["is_active"] or values["status"] is HostStatus.DOWN:
-        return "host_not_scannable"
     in_flight = values["in_flight"]
     if in_flight is None:
         values["force_requested"] = True
@@ -254,8 +267,7 @@ def _record_result(
         if not values["maintenance_mode"]:
             values["state"] = state
         values["score"] = result.score
-        values["current_interval_minutes"] = interval_minutes(state, config)
-        values["scan_priority"] = config.priority(state)
+        _show_plan(values, config)
         values["next_scheduled_scan"] = result.completed_at + interval(state, config)
         values["consecutive_scan_failures"] = 0
         values["last_scan_completed"] = result.completed_at
@@ -304,8 +316,7 @@ def _replan(
 ) -> None:
     values = draft.values
     state: ComplianceState = values["compliance_state"]
-    values["current_interval_minutes"] = interval_minutes(state, config)
-    values["scan_priority"] = config.priority(state)
+    _show_plan(values, config)
     if values["in_flight"] is not None:
         return
     if replan.initialize and values["last_scan_completed"] is None:
@@ -325,16 +336,31 @@ def _schedule_retry(draft: _Draft, *, error: str, now: datetime, config: Schedul
     values["next_scheduled_scan"] = now + timedelta(seconds=config.retry_delay_seconds)
 
 
-def _expire_maintenance(draft: _Draft, now: datetime) -> None:
+def _expire_maintenance(draft: _Draft, now: datetime, config: SchedulerConfig) -> None:
     until = draft.values["maintenance_until"]
     if draft.values["maintenance_mode"] and until is not None and until <= now:
-        _leave_maintenance(draft)
+        _leave_maintenance(draft, config)
 
 
-def _leave_maintenance(draft: _Draft) -> None:
+def _leave_maintenance(draft: _Draft, config: SchedulerConfig) -> None:
     draft.values["maintenance_mode"] = False
     draft.values["maintenance_until"] = None
     draft.values["state"] = draft.values["compliance_state"]
+    _show_plan(draft.values, config)
+
+
+def _show_plan(values: dict[str, Any], config: SchedulerConfig) -> None:
+    """The interval and priority the host shows: maintenance's while in it, else its state's.
+
+    Scheduled scans stay held during maintenance (only a force scan runs); the
+    `next_scheduled_scan` kept meanwhile is the one the compliance state gives, so the host
+    is due at once when maintenance ends if that time has passed.
+    """
+    shown = (
+        ComplianceState.MAINTENANCE if values["maintenance_mode"] else values["compliance_state"]
+    )
+    values["current_interval_minutes"] = interval_minutes(shown, config)
+    values["scan_priority"] = config.priority(shown)
 
 
 def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> None:
@@ -342,12 +368,11 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
     values = draft.values
     if values["in_flight"] is not None:
         return
-    if not values["is_active"] or values["status"] is HostStatus.DOWN:
-        return
     if values["next_scheduled_scan"] > now:
         return
     forced = values["force_requested"]
-    if not forced and (not config.enabled or values["maintenance_mode"]):
+    scannable = values["is_active"] and values["status"] is not HostStatus.DOWN
+    if not forced and (not scannable or not config.enabled or values["maintenance_mode"]):
         return
     if forced:
         reason, priority, due_at = CommandReason.FORCE, FORCE_PRIORITY, now

@@ -220,6 +220,12 @@ async def _apply_results(
                 for r in results
             ],
         )
+        # A result naming no command Kairos issued is unmatched until that command shows up.
+        await cursor.execute(
+            "UPDATE scan_results r SET matched = false WHERE r.event_id = ANY(%s) AND NOT EXISTS"
+            " (SELECT 1 FROM scan_commands c WHERE c.command_id = r.command_id)",
+            ([r.event_id for r in results],),
+        )
         await cursor.executemany(
             "UPDATE scan_commands SET outcome = %s, outcome_at = %s"
             " WHERE command_id = %s AND outcome IS NULL",
@@ -261,6 +267,10 @@ async def _apply_commands(
             " THEN 'completed' ELSE 'failed' END, outcome_at = r.completed_at"
             " FROM scan_results r WHERE r.command_id = c.command_id"
             " AND c.command_id = ANY(%s) AND c.outcome IS NULL",
+            ([c.command_id for c in commands],),
+        )
+        await cursor.execute(
+            "UPDATE scan_results SET matched = true WHERE NOT matched AND command_id = ANY(%s)",
             ([c.command_id for c in commands],),
         )
     for command in commands:

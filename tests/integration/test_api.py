@@ -7,6 +7,7 @@ and are read back from it. The helpers here are shared by the other `test_api_*`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import uuid
@@ -345,12 +346,13 @@ async def stack(
 
 GUEST, ANALYST, ADMIN = Role.GUEST, Role.SECURITY_ANALYST, Role.SECURITY_ADMIN
 J = "/api/scheduled-jobs"
-ENDPOINTS: list[tuple[str, str, dict[str, Any] | None, Role | None]] = [
+ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("GET", f"{P}/config", None, GUEST),
     ("PUT", f"{P}/config", {"interval_critical": 60}, ADMIN),
     ("POST", f"{P}/toggle?enabled=true", None, ADMIN),
     ("GET", f"{P}/status", None, GUEST),
     ("POST", f"{P}/initialize", None, ADMIN),
+    ("POST", f"{P}/hosts:import", [{"id": "imported-1"}], ADMIN),
     ("GET", f"{P}/hosts-due?limit=5", None, GUEST),
     ("GET", f"{P}/hosts", None, GUEST),
     ("GET", f"{P}/hosts/h-001", None, GUEST),
@@ -409,7 +411,7 @@ async def test_role_matrix_covers_every_operation_in_the_openapi(stack: Stack) -
 
 @pytest.mark.parametrize(("method", "path", "body", "needed"), ENDPOINTS)
 async def test_role_matrix(
-    stack: Stack, method: str, path: str, body: dict[str, Any] | None, needed: Role | None
+    stack: Stack, method: str, path: str, body: Any, needed: Role | None
 ) -> None:
     seen = {}
     for caller in CALLERS:
@@ -465,6 +467,30 @@ async def test_status_counts_from_counters_and_due_index(stack: Stack) -> None:
     assert body["max_concurrent_scans"] == 7
     assert body["projection_lag_seconds"] == pytest.approx(2.0)
     assert datetime.fromisoformat(body["as_of"]) == T0
+
+
+async def test_status_lists_the_next_hosts_due_and_those_past_the_promise(stack: Stack) -> None:
+    body = (await stack.get(f"{P}/status")).json()
+    waiting = sorted(
+        (row for row in FLEET if scannable(row) and row["in_flight_command_id"] is None),
+        key=lambda row: (row["next_scan"], -row["scan_priority"], row["host_id"]),
+    )
+    assert [entry["host_id"] for entry in body["upcoming"]] == [
+        row["host_id"] for row in waiting[:10]
+    ]
+    first = body["upcoming"][0]
+    assert datetime.fromisoformat(first["due_at"]) == waiting[0]["next_scan"]
+    assert first["priority"] == waiting[0]["scan_priority"]
+    assert first["state"] == waiting[0]["state"] and first["hostname"] == waiting[0]["hostname"]
+    # Every seeded host was created three days ago and never scanned: past the 48 h promise
+    # unless it is inactive or in maintenance.
+    assert body["past_promise"] == sum(
+        row["is_active"] and not row["maintenance_mode"] for row in FLEET
+    )
+    three = (await stack.get(f"{P}/status", params={"upcoming": 3})).json()
+    assert [entry["host_id"] for entry in three["upcoming"]] == [r["host_id"] for r in waiting[:3]]
+    assert (await stack.get(f"{P}/status", params={"upcoming": 0})).json()["upcoming"] == []
+    assert (await stack.get(f"{P}/status", params={"upcoming": 101})).status_code == 422
 
 
 async def test_hosts_due_in_dispatch_order_with_limit(stack: Stack) -> None:
@@ -718,6 +744,82 @@ async def test_writes_publish_changes_keyed_and_signed_by_the_token(stack: Stack
     assert all(datetime.fromisoformat(value["occurred_at"]) == T0 for _, value in published)
 
 
+async def test_put_config_accepts_enabled_as_toggle_does(stack: Stack) -> None:
+    names = stack.settings.topics
+    response = await stack.client.put(
+        f"{P}/config", json={"enabled": False, "interval_low": 90}, headers=stack.auth()
+    )
+    assert response.status_code == 202
+    event_id = response.json()["event_id"]
+    async with Collector(stack.settings, names.schedule_changes) as collected:
+        changes = lambda: collected.values(names.schedule_changes)  # noqa: E731
+        await collected.wait_for(
+            lambda: any(v["event_id"] == event_id for v in changes()),
+            timeout=10,
+            what="the published change",
+        )
+        [change] = [v for v in changes() if v["event_id"] == event_id]
+    assert change["type"] == "config.updated"
+    assert change["changes"]["enabled"] is False and change["changes"]["interval_low"] == 90
+    refused = await stack.client.put(f"{P}/config", json={"enabled": "no"}, headers=stack.auth())
+    assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "enabled"
+
+
+async def test_import_publishes_one_object_created_event_per_host_in_batches(
+    stack: Stack,
+) -> None:
+    names = stack.settings.topics
+    lines = [
+        json.dumps({"id": f"imp-{n:04d}", "hostname": f"imp-{n}.example.test",
+                    "labels": {"env": "prod"}, "active": n != 3})
+        for n in range(1200)
+    ]  # fmt: skip
+    response = await stack.client.post(
+        f"{P}/hosts:import",
+        content="\n".join(lines).encode(),
+        headers={**stack.auth(), "Content-Type": "application/x-ndjson"},
+    )
+    assert response.status_code == 202
+    assert response.json() == {"status": "accepted", "hosts": 1200, "batches": 3}
+    async with Collector(stack.settings, names.object_created) as collected:
+        # The module's stack is shared: other tests publish hosts too (not named imp-*).
+        mine = lambda: [r for r in collected.records if r.key.startswith(b"imp-")]  # noqa: E731
+        await collected.wait_for(
+            lambda: len(mine()) >= 1200, timeout=15, what="1200 object-created events"
+        )
+        records = mine()
+    assert len(records) == 1200
+    assert {record.key.decode() for record in records} == {f"imp-{n:04d}" for n in range(1200)}
+    first = json.loads(next(r.value for r in records if r.key == b"imp-0003"))
+    assert first["object_type"] == "host" and first["operation"] == "created"
+    assert first["attributes"]["is_active"] is False
+    assert first["attributes"]["labels"] == {"env": "prod"}
+    assert datetime.fromisoformat(first["occurred_at"]) == T0
+
+
+async def test_import_with_a_bad_row_publishes_nothing_and_names_the_line(stack: Stack) -> None:
+    names = stack.settings.topics
+    response = await stack.client.post(
+        f"{P}/hosts:import",
+        content=b"id,hostname,active\nbad-1,bad-1.example.test,true\nbad-2,,perhaps\n",
+        headers={**stack.auth(), "Content-Type": "text/csv"},
+    )
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "line 3"
+    async with Collector(stack.settings, names.object_created) as collected:
+        await asyncio.sleep(1.0)  # Nothing may arrive; a second is ample for a local broker.
+        assert [r for r in collected.records if r.key.startswith(b"bad-")] == []
+
+
+async def test_initialize_says_how_many_hosts_it_re_plans(stack: Stack) -> None:
+    response = await stack.client.post(f"{P}/initialize", headers=stack.auth())
+    assert response.status_code == 202
+    body = response.json()
+    assert body["status"] == "accepted" and body["event_id"]
+    # Every seeded host is unscanned; those with a command in flight are left as they are.
+    assert body["hosts"] == sum(row["in_flight_command_id"] is None for row in FLEET)
+
+
 async def test_wait_answers_202_when_the_projection_does_not_show_the_change(
     stack: Stack,
 ) -> None:
@@ -730,11 +832,22 @@ async def test_wait_answers_202_when_the_projection_does_not_show_the_change(
     assert response.json()["status"] == "accepted"
 
 
-async def test_force_scan_of_an_inactive_or_down_host_is_409(stack: Stack) -> None:
+async def test_force_scan_of_an_inactive_or_down_host_is_published(stack: Stack) -> None:
+    names = stack.settings.topics
+    ids = []
     for host_id in ("h-029", "h-027"):
         response = await stack.client.post(f"{P}/hosts/{host_id}/force-scan", headers=stack.auth())
-        assert response.status_code == 409
-        assert "inactive or down" in response.json()["detail"]
+        assert response.status_code == 202
+        ids.append(response.json()["event_id"])
+    async with Collector(stack.settings, names.schedule_changes) as collected:
+        await collected.wait_for(
+            lambda: {v["event_id"] for v in collected.values(names.schedule_changes)} >= set(ids),
+            timeout=10,
+            what="both force scans published",
+        )
+        forced = [v for v in collected.values(names.schedule_changes) if v["event_id"] in ids]
+    assert sorted(v["host_id"] for v in forced) == ["h-027", "h-029"]
+    assert {v["type"] for v in forced} == {"host.scan_requested"}
 
 
 async def test_revoked_token_is_refused_at_once(stack: Stack) -> None:
@@ -802,11 +915,13 @@ async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> N
                     assert answer["content"]["application/json"]["schema"]["$ref"].endswith(
                         "/ErrorPublic"
                     ), (method, path, status)
-    writes = [("put", f"{P}/config"), ("post", f"{P}/toggle"), ("post", f"{P}/initialize"),
-              ("put", f"{P}/hosts/{{host_id}}/maintenance"),
-              ("post", f"{P}/hosts/{{host_id}}/force-scan")]  # fmt: skip
-    for method, path in writes:
+    writes = [("put", f"{P}/config", "Accepted"), ("post", f"{P}/toggle", "Accepted"),
+              ("post", f"{P}/initialize", "InitializeAccepted"),
+              ("put", f"{P}/hosts/{{host_id}}/maintenance", "Accepted"),
+              ("post", f"{P}/hosts/{{host_id}}/force-scan", "Accepted"),
+              ("post", f"{P}/hosts:import", "HostsImported")]  # fmt: skip
+    for method, path, model in writes:
         responses = schema["paths"][path][method]["responses"]
         assert responses["202"]["content"]["application/json"]["schema"]["$ref"].endswith(
-            "/Accepted"
-        )
+            f"/{model}"
+        ), path

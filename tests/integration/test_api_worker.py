@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ import pytest
 
 from kairos.settings import Settings
 from schemas.api import Role
+from schemas.topics import CONFIG_KEY
 from tests.integration.test_api import P, bearer, closed_port, prepare, running_api
 from tests.support.agents import ScannerFleet, always
-from tests.support.factories import host_created
-from tests.support.kafka import publish, start_producer
+from tests.support.factories import config_updated, host_created, scan_result
+from tests.support.kafka import publish, start_producer, wait_until
 from tests.support.stack import kairos_executable, settings_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -196,3 +198,93 @@ async def test_kairos_api_serves_over_http_and_stops_cleanly(settings: Settings)
         # uvicorn shuts down gracefully, then re-raises the signal as its exit status.
         assert process.wait(15) in (0, -signal.SIGTERM)
     assert "Application shutdown complete" in log_path.read_text()
+
+
+async def test_imported_hosts_are_all_scanned_with_first_scans_spread(
+    make_settings, workers
+) -> None:
+    # One scheduler minute per wall second: a ten-minute spread window takes ten seconds.
+    settings = make_settings(clock_speed=60.0, clock_origin=datetime.now(UTC))
+    tokens = await prepare(settings)
+    workers(settings)
+    admin = bearer(tokens[Role.SECURITY_ADMIN])
+    window = timedelta(minutes=10)
+    producer = await start_producer(settings)
+    await publish(
+        producer,
+        settings.topics.schedule_changes,
+        CONFIG_KEY,
+        config_updated(initial_spread_seconds=int(window.total_seconds())),
+    )
+    await producer.stop()
+    hosts = [f"csv-{n:02d}" for n in range(30)]
+    rows = "".join(f"{host},{host}.example.test,env=prod,true\n" for host in hosts)
+    async with ScannerFleet(settings) as fleet, running_api(settings) as client:
+        await eventually(
+            client, f"{P}/config", admin, lambda body: body["initial_spread_seconds"] == 600
+        )
+        response = await client.post(
+            f"{P}/hosts:import",
+            content=f"id,hostname,labels,active\n{rows}".encode(),
+            headers={**admin, "Content-Type": "text/csv"},
+        )
+        assert response.status_code == 202 and response.json()["hosts"] == len(hosts)
+        await wait_until(
+            lambda: {c["host_id"] for c in fleet.commands} >= set(hosts),
+            timeout=30,
+            what="every imported host scanned once",
+        )
+        host = await eventually(
+            client, f"{P}/hosts/csv-00", admin, lambda body: body["labels"] == {"env": "prod"}
+        )
+    assert host["hostname"] == "csv-00.example.test"
+    firsts: dict[str, datetime] = {}
+    for command in fleet.commands:
+        firsts.setdefault(command["host_id"], datetime.fromisoformat(command["due_at"]))
+    earliest, latest = min(firsts.values()), max(firsts.values())
+    assert latest - earliest > window / 2, "first scans were not spread"
+    assert latest - earliest <= window + timedelta(minutes=2)
+
+
+async def test_result_for_a_command_never_issued_is_unmatched_never_a_success(
+    settings: Settings, workers
+) -> None:
+    tokens = await prepare(settings)
+    workers(settings)
+    guest = bearer(tokens[Role.GUEST])
+    producer = await start_producer(settings)
+    async with (
+        ScannerFleet(settings, score_for=always(10)) as fleet,
+        running_api(settings) as client,
+    ):
+        await publish(producer, settings.topics.object_created, "um-1", host_created("um-1"))
+        scanned = await eventually(
+            client,
+            f"{P}/hosts/um-1",
+            guest,
+            lambda body: body["last_scan_completed"] is not None,
+        )
+        assert scanned["state"] == "critical"
+        stray = scan_result(
+            {"command_id": "never-issued-1", "host_id": "um-1"}, score=100, succeeded=True
+        )
+        await publish(producer, settings.topics.scan_completed, "um-1", stray)
+        status = await eventually(
+            client, f"{P}/status", guest, lambda body: body["unmatched_results"] == 1
+        )
+        history = await eventually(
+            client,
+            f"{P}/hosts/um-1/history",
+            guest,
+            lambda body: any(e.get("command_id") == "never-issued-1" for e in body["data"]),
+        )
+        host = (await client.get(f"{P}/hosts/um-1", headers=guest)).json()
+    await producer.stop()
+    [entry] = [e for e in history["data"] if e.get("command_id") == "never-issued-1"]
+    assert entry["kind"] == "scan" and entry["status"] == "unmatched"
+    assert entry["matched"] is False and entry["reported_status"] == "succeeded"
+    matched = [e for e in history["data"] if e["kind"] == "scan" and e is not entry]
+    assert matched and all(e["status"] == "succeeded" and e["matched"] for e in matched)
+    assert host["state"] == "critical" and host["score"] == 10
+    assert host["latest_scan"]["command_id"] == fleet.commands[0]["command_id"]
+    assert status["unmatched_results"] == 1

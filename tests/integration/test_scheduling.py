@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -141,6 +142,35 @@ async def test_force_scan_runs_at_once_even_in_maintenance(settings: Settings, w
     assert forced["reason"] == "force" and forced["priority"] == 10
 
 
+async def test_force_scan_of_an_inactive_or_down_host_is_sent(settings: Settings, workers) -> None:
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    async with ScannerFleet(settings) as fleet:
+        await publish(
+            producer, names.object_created, "off-2", host_created("off-2", is_active=False)
+        )
+        await publish(
+            producer, names.object_created, "down-2", host_created("down-2", status="down")
+        )
+        await publish(producer, names.object_created, "probe", host_created("probe"))
+        await wait_until(
+            lambda: fleet.commands_for("probe"), timeout=15, what="the active host's first scan"
+        )
+        assert fleet.commands_for("off-2") == [] and fleet.commands_for("down-2") == []
+        for host in ("off-2", "down-2"):
+            await publish(producer, names.schedule_changes, host, scan_requested(host))
+        await wait_until(
+            lambda: fleet.commands_for("off-2") and fleet.commands_for("down-2"),
+            timeout=15,
+            what="both forced scans",
+        )
+    await producer.stop()
+    for host in ("off-2", "down-2"):
+        [forced] = fleet.commands_for(host)
+        assert forced["reason"] == "force" and forced["priority"] == 10
+
+
 async def test_maintenance_holds_scans_until_it_ends_then_the_overdue_host_is_scanned(
     fast_settings: Settings, workers
 ) -> None:
@@ -164,6 +194,58 @@ async def test_maintenance_holds_scans_until_it_ends_then_the_overdue_host_is_sc
     # Critical hosts are due an hour later, but maintenance holds them for three hours.
     assert at(after["issued_at"]) - at(first["issued_at"]) >= timedelta(hours=3)
     assert after["reason"] == "scheduled"
+
+
+async def test_short_maintenance_ends_at_its_end_while_the_next_scan_is_a_day_away(
+    fast_settings: Settings, workers
+) -> None:
+    workers(fast_settings)
+    names = fast_settings.topics
+    producer = await start_producer(fast_settings)
+
+    def states() -> list[dict[str, Any]]:
+        return [
+            change["schedule"]
+            for change in collected.values(names.host_state)
+            if change.get("schedule") and change["host_id"] == "short-1"
+        ]
+
+    async with (
+        Collector(fast_settings, names.host_state) as collected,
+        ScannerFleet(fast_settings, score_for=always(100)) as fleet,
+    ):
+        await publish(producer, names.object_created, "short-1", host_created("short-1"))
+        await collected.wait_for(
+            lambda: any(s["state"] == "compliant" for s in states()),
+            timeout=15,
+            what="the host compliant after its first scan",
+        )
+        await publish(
+            producer,
+            names.schedule_changes,
+            "short-1",
+            maintenance_set("short-1", enabled=True, hours=2),
+        )
+        await collected.wait_for(
+            lambda: any(s.get("maintenance_mode") for s in states()),
+            timeout=15,
+            what="the host in maintenance",
+        )
+        # Compliant: the next scan is 24 h (24 s) away; maintenance ends after 2 h (2 s).
+        await collected.wait_for(
+            lambda: not states()[-1].get("maintenance_mode", False),
+            timeout=12,
+            what="the host out of maintenance",
+        )
+    await producer.stop()
+    held = next(s for s in states() if s.get("maintenance_mode"))
+    released = states()[-1]
+    assert released["state"] == "compliant"
+    assert released.get("maintenance_until") is None
+    assert at(released["updated_at"]) >= at(held["maintenance_until"])
+    assert at(released["updated_at"]) - at(held["maintenance_until"]) < timedelta(hours=2)
+    assert at(released["next_scheduled_scan"]) > at(released["updated_at"]) + timedelta(hours=20)
+    assert len(fleet.commands) == 1, "no scan is due when maintenance ends"
 
 
 async def test_disabled_scheduler_dispatches_nothing_until_enabled(

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from schemas.api import ConfigUpdate
 from schemas.base import ComplianceState
 from schemas.commands import Rejection
 from schemas.config import ConfigChanges, SchedulerConfig
@@ -58,6 +59,28 @@ def test_every_accepted_change_bumps_the_version_by_one() -> None:
 
     assert versions == [8, 9, 10, 11]
     assert config.retry_delay_seconds == 120 and config.max_concurrent_scans == 50
+
+
+def test_config_update_may_pause_and_resume_as_a_toggle_does() -> None:
+    paused = apply_config_change(
+        DEFAULT_CONFIG, config_updated(ConfigChanges(enabled=False, interval_low=90))
+    )
+    assert isinstance(paused, SchedulerConfig)
+    assert paused.enabled is False and paused.interval_low == 90
+
+    resumed = apply_config_change(paused, config_updated(ConfigChanges(enabled=True)))
+    assert isinstance(resumed, SchedulerConfig)
+    assert resumed.enabled is True and resumed.version == paused.version + 1
+    assert resumed == apply_config_change(paused, toggled(True))
+
+
+def test_put_config_body_takes_enabled_only_as_a_json_boolean() -> None:
+    assert ConfigUpdate.model_validate({"enabled": False}).model_dump(exclude_unset=True) == {
+        "enabled": False
+    }
+    for wrong in ("false", 0, None):
+        with pytest.raises(ValidationError):
+            ConfigUpdate.model_validate({"enabled": wrong})
 
 
 def test_config_update_without_changes_is_rejected() -> None:
@@ -135,6 +158,7 @@ changes = st.fixed_dictionaries(
         "scan_timeout_seconds": st.integers(60, 3600),
         "retry_delay_seconds": st.integers(0, 86_400),
         "initial_spread_seconds": st.integers(0, 86_400),
+        "priority_aging_minutes": st.integers(0, 10_080),
     },
 ).filter(bool)
 

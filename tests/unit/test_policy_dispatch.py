@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.internal import ReleaseOutcome
-from streams.policy.dispatch import DispatchQueue
+from streams.policy.dispatch import DispatchQueue, aged_priority
 from streams.policy.host import decide
 from streams.policy.ids import message_id
 from tests.unit.factories import (
@@ -232,10 +232,17 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
-@given(ops=operations, cap=st.integers(1, 4))
+def reference_rank(priority: int, due: datetime, *, now: datetime, aging: int) -> int:
+    """One step per `aging` minutes waited past `due`, at most 10; `aging` 0 = the priority."""
+    if aging == 0 or now <= due:
+        return priority
+    return min(priority + (now - due) // (aging * MINUTE), 10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=operations, cap=st.integers(1, 4), aging=st.sampled_from([0, 0, 1, 7, 30, 120]))
 def test_queue_respects_cap_and_issues_best_waiting_first(
-    ops: list[tuple[object, ...]], cap: int
+    ops: list[tuple[object, ...]], cap: int, aging: int
 ) -> None:
     queue = DispatchQueue()
     now = NOW
@@ -273,11 +280,13 @@ def test_queue_respects_cap_and_issues_best_waiting_first(
                 del in_flight[command]
                 gone.add(command)
         else:
-            issued = queue.issue(now=now, cap=cap, timeout=TIMEOUT)
-            keys = [
-                (-waiting[i.command.command_id][0], waiting[i.command.command_id][1])
-                for i in issued
-            ]
+            issued = queue.issue(now=now, cap=cap, timeout=TIMEOUT, aging_minutes=aging)
+
+            def key(command: str, at: datetime = now) -> tuple[int, datetime]:
+                priority, due = waiting[command]
+                return (-reference_rank(priority, due, now=at, aging=aging), due)
+
+            keys = [key(i.command.command_id) for i in issued]
             assert keys == sorted(keys)
             assert len(issued) == min(len(waiting), cap - len(in_flight))
             for item in issued:
@@ -288,7 +297,7 @@ def test_queue_respects_cap_and_issues_best_waiting_first(
                 in_flight[command] = now + TIMEOUT
                 ever_issued.append(command)
             if keys and waiting:
-                best_left = min((-p, due) for p, due in waiting.values())
+                best_left = min(key(command) for command in waiting)
                 assert best_left >= keys[-1]
 
         assert queue.in_flight_count <= cap
@@ -296,3 +305,77 @@ def test_queue_respects_cap_and_issues_best_waiting_first(
         assert queue.waiting_count == len(waiting)
 
     assert len(ever_issued) == len(set(ever_issued))
+
+
+# --- anti-starvation: priority aging ------------------------------------------------
+
+
+def test_aging_is_off_by_default_and_a_stream_of_critical_commands_starves_a_low_one() -> None:
+    assert DEFAULT_CONFIG.priority_aging_minutes == 0
+    issued = _serve_stream(low_priority=3, stream_priority=9, aging=0, minutes=24 * 60)
+    assert "low" not in issued
+
+
+def test_with_aging_a_waiting_low_priority_command_is_issued_after_its_steps() -> None:
+    # Priority 3 needs six steps to tie with 9; at 10 minutes a step, one hour past due.
+    issued = _serve_stream(low_priority=3, stream_priority=9, aging=10, minutes=24 * 60)
+    assert issued.index("low") == 60
+
+
+def test_aged_rank_climbs_one_step_per_period_and_stops_at_the_top() -> None:
+    request = dispatch_request("c", priority=2, due_at=NOW)
+    ranks = [
+        aged_priority(request, now=NOW + minutes * MINUTE, aging_minutes=15)
+        for minutes in (-5, 0, 14, 15, 29, 30, 600)
+    ]
+    assert ranks == [2, 2, 2, 3, 3, 4, 10]
+    assert aged_priority(request, now=NOW + 600 * MINUTE, aging_minutes=0) == 2
+
+
+def _serve_stream(
+    *, low_priority: int, stream_priority: int, aging: int, minutes: int
+) -> list[str]:
+    """Cap 1; one low command due at NOW; each minute one new stream command arrives, the one
+    in flight completes, and one is issued. Returns the ids issued, one per minute."""
+    queue = DispatchQueue()
+    queue.request(dispatch_request("low", priority=low_priority, due_at=NOW))
+    issued: list[str] = []
+    for minute in range(minutes):
+        now = NOW + minute * MINUTE
+        queue.request(dispatch_request(f"s-{minute}", priority=stream_priority, due_at=now))
+        [item] = queue.issue(now=now, cap=1, timeout=TIMEOUT, aging_minutes=aging)
+        issued.append(item.command.command_id)
+        queue.release(item.command.command_id, ReleaseOutcome.COMPLETED)
+    return issued
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    low=st.integers(1, 9),
+    stream=st.integers(2, 10),
+    aging=st.integers(1, 60),
+    backlog=st.integers(0, 3),
+)
+def test_with_aging_no_waiting_command_is_starved_by_higher_priorities(
+    low: int, stream: int, aging: int, backlog: int
+) -> None:
+    """Whatever the priorities, a low command is issued within (steps to the top) x aging
+    minutes of its due time, plus the backlog ahead of it, while the cap binds and fresh
+    higher-priority commands arrive as fast as they are served."""
+    stream = max(stream, low + 1)
+    queue = DispatchQueue()
+    queue.request(dispatch_request("low", priority=low, due_at=NOW))
+    for number in range(backlog):  # Older higher-priority commands already waiting.
+        queue.request(
+            dispatch_request(f"b-{number}", priority=stream, due_at=NOW - (number + 1) * MINUTE)
+        )
+    bound = (stream - low) * aging + backlog
+    for minute in range(bound + 1):
+        now = NOW + minute * MINUTE
+        queue.request(dispatch_request(f"s-{minute}", priority=stream, due_at=now))
+        [item] = queue.issue(now=now, cap=1, timeout=TIMEOUT, aging_minutes=aging)
+        queue.release(item.command.command_id, ReleaseOutcome.COMPLETED)
+        if item.command.command_id == "low":
+            assert item.command.priority == low  # The command keeps its own priority.
+            return
+    raise AssertionError(f"low command still waiting after {bound} minutes")

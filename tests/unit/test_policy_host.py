@@ -754,8 +754,8 @@ def test_maintenance_ends_exactly_at_maintenance_until() -> None:
     assert request.due_at == NOW + timedelta(hours=24)
 
 
-def test_short_maintenance_wakes_host_at_its_next_scheduled_scan() -> None:
-    schedule = scanned(score=100.0, completed_at=NOW)
+def test_short_maintenance_ends_at_its_end_not_at_the_next_scan() -> None:
+    schedule = scanned(score=100.0, completed_at=NOW)  # Next scan NOW + 24 h.
     held = decide(
         schedule,
         maintenance_set(enabled=True, duration_hours=2, at=NOW),
@@ -764,15 +764,145 @@ def test_short_maintenance_wakes_host_at_its_next_scheduled_scan() -> None:
     ).schedule
 
     assert held is not None
-    assert wake_at(held, DEFAULT_CONFIG) == NOW + timedelta(hours=24)
-    at_end = decide(
-        held,
-        host_due(at=NOW + timedelta(hours=2)),
-        now=NOW + timedelta(hours=2),
-        config=DEFAULT_CONFIG,
-    )
+    until = NOW + timedelta(hours=2)
+    assert wake_at(held, DEFAULT_CONFIG) == until
+    at_end = decide(held, host_due(at=until), now=until, config=DEFAULT_CONFIG)
+
     assert at_end.dispatch == ()  # Maintenance over, but the host is not due yet.
+    assert at_end.changed  # The new state must be stored and shown at once.
+    after = at_end.schedule
+    assert after is not None and after.maintenance_mode is False
+    assert after.maintenance_until is None
+    assert after.state is ComplianceState.COMPLIANT
+    assert after.next_scheduled_scan == NOW + timedelta(hours=24)
+    assert wake_at(after, DEFAULT_CONFIG) == NOW + timedelta(hours=24)
+
+
+@pytest.mark.parametrize(
+    ("update", "config"),
+    [
+        ({"status": HostStatus.DOWN}, DEFAULT_CONFIG),
+        ({"is_active": False}, DEFAULT_CONFIG),
+        ({}, DEFAULT_CONFIG.model_copy(update={"enabled": False})),
+    ],
+    ids=["down", "inactive", "paused"],
+)
+def test_maintenance_ends_on_time_even_when_nothing_could_be_scanned(
+    update: dict[str, object], config: SchedulerConfig
+) -> None:
+    schedule = scanned(score=100.0, completed_at=NOW).model_copy(update=update)
+    held = decide(
+        schedule, maintenance_set(enabled=True, duration_hours=2, at=NOW), now=NOW, config=config
+    ).schedule
+    assert held is not None
+    until = NOW + timedelta(hours=2)
+    assert wake_at(held, config) == until
+
+    at_end = decide(held, host_due(at=until), now=until, config=config)
+
+    assert at_end.changed and at_end.dispatch == ()
     assert at_end.schedule is not None and at_end.schedule.maintenance_mode is False
+    assert at_end.schedule.state is ComplianceState.COMPLIANT
+    assert wake_at(at_end.schedule, config) is None  # Nothing to do until an event.
+
+
+def test_maintenance_ends_on_time_while_a_forced_scan_runs() -> None:
+    held = decide(
+        scanned(score=100.0, completed_at=NOW),
+        maintenance_set(enabled=True, duration_hours=1, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    forced = decide(held, scan_requested(at=NOW), now=NOW, config=DEFAULT_CONFIG).schedule
+    assert forced is not None and forced.in_flight is not None
+    until = NOW + timedelta(hours=1)
+    assert wake_at(forced, DEFAULT_CONFIG) == until
+
+    at_end = decide(forced, host_due(at=until), now=until, config=DEFAULT_CONFIG).schedule
+
+    assert at_end is not None and at_end.maintenance_mode is False
+    assert at_end.in_flight == forced.in_flight
+    assert wake_at(at_end, DEFAULT_CONFIG) is None
+
+
+def test_maintenance_shows_the_maintenance_interval_and_priority() -> None:
+    config = SchedulerConfig(interval_maintenance=600, priority_maintenance=2)
+    schedule = scanned(score=100.0, completed_at=NOW, config=config)
+    assert (schedule.current_interval_minutes, schedule.scan_priority) == (1440, 3)
+
+    held = decide(
+        schedule,
+        maintenance_set(enabled=True, duration_hours=4, at=NOW),
+        now=NOW,
+        config=config,
+    ).schedule
+
+    assert held is not None and held.state is ComplianceState.MAINTENANCE
+    assert (held.current_interval_minutes, held.scan_priority) == (600, 2)
+    assert held.next_scheduled_scan == schedule.next_scheduled_scan  # The state's plan is kept.
+    assert held.compliance_state is ComplianceState.COMPLIANT
+
+
+def test_maintenance_defaults_are_2880_minutes_and_priority_1() -> None:
+    held = decide(
+        scanned(score=30.0, completed_at=NOW),
+        maintenance_set(enabled=True, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+
+    assert held is not None
+    assert (held.current_interval_minutes, held.scan_priority) == (2880, 1)
+
+
+def test_leaving_maintenance_restores_the_compliance_state_interval_and_priority() -> None:
+    held = decide(
+        scanned(score=30.0, completed_at=NOW),  # low: 120 min, priority 7.
+        maintenance_set(enabled=True, duration_hours=1, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    assert held is not None
+    until = NOW + timedelta(hours=1)
+
+    expired = decide(held, host_due(at=until), now=until, config=DEFAULT_CONFIG).schedule
+    cleared = decide(
+        held,
+        maintenance_set(enabled=False, at=NOW + MINUTE),
+        now=NOW + MINUTE,
+        config=DEFAULT_CONFIG,
+    ).schedule
+
+    for after in (expired, cleared):
+        assert after is not None and after.state is ComplianceState.LOW
+        assert (after.current_interval_minutes, after.scan_priority) == (120, 7)
+
+
+def test_config_change_and_forced_result_during_maintenance_keep_maintenance_figures() -> None:
+    held = decide(
+        scanned(score=100.0, completed_at=NOW),
+        maintenance_set(enabled=True, at=NOW),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    assert held is not None
+    config = SchedulerConfig(interval_maintenance=1000, priority_maintenance=2, version=1)
+
+    replanned = decide(held, replan(config_version=1), now=NOW + MINUTE, config=config).schedule
+    assert replanned is not None
+    assert (replanned.current_interval_minutes, replanned.scan_priority) == (1000, 2)
+
+    forced = decide(replanned, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=config)
+    command = in_flight_id(forced.schedule)
+    assert forced.schedule is not None
+    done = NOW + 2 * MINUTE
+    result = scan_succeeded(command, completed_at=done, score=10.0)
+    after = decide(forced.schedule, result, now=done, config=config).schedule
+
+    assert after is not None and after.maintenance_mode is True
+    assert after.state is ComplianceState.MAINTENANCE
+    assert after.compliance_state is ComplianceState.CRITICAL
+    assert (after.current_interval_minutes, after.scan_priority) == (1000, 2)
 
 
 def test_due_index_wakes_host_exactly_when_maintenance_ends() -> None:
@@ -922,25 +1052,50 @@ def test_force_while_claimed_but_not_issued_re_requests_the_same_command() -> No
     assert decision.schedule.force_requested is False
 
 
-def test_force_on_a_down_host_is_refused() -> None:
-    schedule = scanned(completed_at=NOW)
-    down = schedule.model_copy(update={"status": HostStatus.DOWN})
+@pytest.mark.parametrize(
+    "update", [{"status": HostStatus.DOWN}, {"is_active": False}], ids=["down", "inactive"]
+)
+def test_force_on_a_down_or_inactive_host_is_queued_at_top_priority(
+    update: dict[str, object],
+) -> None:
+    schedule = scanned(completed_at=NOW).model_copy(update=update)
+    at = NOW + MINUTE
 
-    decision = decide(
-        down, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
-    )
+    decision = decide(schedule, scan_requested(at=at), now=at, config=DEFAULT_CONFIG)
 
-    assert decision.ignored == "host_not_scannable"
-    assert decision.dispatch == ()
+    assert decision.ignored is None
+    [request] = decision.dispatch
+    assert request.reason is CommandReason.FORCE and request.priority == 10
+    assert request.due_at == at
     assert decision.schedule is not None and decision.schedule.force_requested is False
 
 
-def test_down_host_with_pending_force_does_not_wake_every_tick() -> None:
-    """A force waiting behind a running command, then the host goes down.
+def test_failed_force_on_a_down_host_is_retried_only_once_it_is_up() -> None:
+    down = scanned(completed_at=NOW).model_copy(update={"status": HostStatus.DOWN})
+    at = NOW + MINUTE
+    forced = decide(down, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).schedule
+    command = in_flight_id(forced)
+    failed_at = at + MINUTE
+    after = decide(
+        forced, scan_failed(command, completed_at=failed_at), now=failed_at, config=DEFAULT_CONFIG
+    ).schedule
+    assert after is not None and after.in_flight is None
+    assert wake_at(after, DEFAULT_CONFIG) is None  # Held while down: no retry, no tick.
 
-    While down nothing can be claimed, so the due index must not be asked to wake the host at
-    an instant that has already passed (the worker would send HostDue on every tick).
-    """
+    much_later = failed_at + timedelta(hours=1)
+    held = decide(after, host_due(at=much_later), now=much_later, config=DEFAULT_CONFIG)
+    assert held.dispatch == ()
+    up = decide(
+        after, status_changed(status=HostStatus.UP, at=much_later), now=much_later,
+        config=DEFAULT_CONFIG,
+    )  # fmt: skip
+    [retry] = up.dispatch
+    assert retry.reason is CommandReason.RETRY
+
+
+def test_force_waiting_behind_a_running_command_runs_after_it_even_if_the_host_went_down() -> None:
+    """A force waiting behind a running command, then the host goes down: the operator's
+    request still runs once the slot is free, and the host never wakes on every tick."""
     schedule = issued(onboarded(at=NOW), at=NOW)
     forced = decide(
         schedule, scan_requested(at=NOW + MINUTE), now=NOW + MINUTE, config=DEFAULT_CONFIG
@@ -952,20 +1107,17 @@ def test_down_host_with_pending_force_does_not_wake_every_tick() -> None:
         config=DEFAULT_CONFIG,
     ).schedule
     done = NOW + 5 * MINUTE
-    after = decide(
+    decision = decide(
         down,
         scan_succeeded(in_flight_id(schedule), completed_at=done),
         now=done,
         config=DEFAULT_CONFIG,
-    ).schedule
-    assert after is not None and after.in_flight is None
-
-    tick = done + SECOND
-    woken = decide(after, host_due(at=tick), now=tick, config=DEFAULT_CONFIG)
-    assert woken.dispatch == () and not woken.changed
-
-    wake = wake_at(after, DEFAULT_CONFIG)
-    assert wake is None or wake > tick
+    )
+    [request] = decision.dispatch
+    assert request.reason is CommandReason.FORCE
+    after = decision.schedule
+    assert after is not None and after.force_requested is False
+    assert wake_at(after, DEFAULT_CONFIG) is None
 
 
 # --- re-planning after a config change ----------------------------------------------
