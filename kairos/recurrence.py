@@ -690,6 +690,7 @@ class _RRuleWalls:
         self._frequency = parts.get("FREQ", "")
         self._interval = int(parts["INTERVAL"]) if parts.get("INTERVAL", "").isdigit() else 1
         self.real_time = self._frequency in ("HOURLY", "MINUTELY")
+        self._days = self._day_rule(parts)
         self._strict = strict
         self._broken = False
         try:
@@ -701,6 +702,33 @@ class _RRuleWalls:
 
     def _build(self, dtstart: datetime) -> rrule:
         return rrulestr(self._body, dtstart=dtstart)
+
+    _DAY_PARTS = ("BYMONTH", "BYMONTHDAY", "BYYEARDAY", "BYWEEKNO", "BYDAY", "WKST")
+
+    def _day_rule(self, parts: dict[str, str]) -> str | None:
+        """For a daily or finer rule that filters days, a yearly rule listing those days.
+
+        dateutil walks a daily or finer rule day by day, also over days its filters refuse
+        (a rule for 29 February walks four years of them): the yearly rule finds the first
+        day that can match at once, and the search starts there.
+        """
+        if self._frequency not in ("DAILY", "HOURLY", "MINUTELY"):
+            return None
+        days = {name: parts[name] for name in self._DAY_PARTS if name in parts}
+        if set(days) <= {"WKST"} or any(c.isdigit() for c in days.get("BYDAY", "")):
+            return None
+        if set(days) <= {"BYMONTH", "WKST"}:
+            days["BYMONTHDAY"] = ",".join(str(day) for day in range(1, 32))
+        fields = ";".join(f"{name}={value}" for name, value in days.items())
+        return f"FREQ=YEARLY;{fields};BYHOUR=0;BYMINUTE=0;BYSECOND=0"
+
+    def _first_day(self, wall: datetime, years: int) -> datetime | None:
+        """The start of the first day on or after `wall`'s day that the day filters allow."""
+        assert self._days is not None
+        day = wall.replace(hour=0, minute=0, second=0, microsecond=0)
+        days = rrulestr(self._days, dtstart=_add_years(day, years))
+        found = days.after(_add_years(day, years), inc=True)
+        return None if found is None else _add_years(found, -years)
 
     def _start_near(self, wall: datetime) -> datetime:
         """The latest DTSTART <= wall with the anchor's phase (or the anchor itself)."""
@@ -719,8 +747,13 @@ class _RRuleWalls:
         if self._broken:
             return
         try:
-            start = self._start_near(wall)
             years = self._shift(wall)
+            if self._days is not None:
+                day = self._first_day(wall, years)
+                if day is None:
+                    return
+                wall = max(wall, day - _TICK)
+            start = self._start_near(wall)
             shifted = self._build(_add_years(start, years))
             for found in shifted.xafter(_add_years(wall, years), inc=False):
                 yield _add_years(found, -years)

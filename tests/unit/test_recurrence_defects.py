@@ -216,11 +216,32 @@ def test_accepted_rrule_evaluates_without_raising_and_fires(
     occurrences_between(sched, after, after + timedelta(days=40), limit=50)
 
 
-def test_accepted_cron_evaluates_without_raising() -> None:
-    for expression in ["0 0 30 2 *", "0 0 L 2 *", "0 0 * * 5#5", "0 0 29 2 1-5", "H H * * *"]:
-        sched = schedule(cron(expression), schedule_id="s11")
-        if schedule_problem(sched) is None:
-            assert next_occurrences(sched, utc(2026, 1, 1), count=2)
+CRON_ITEMS = {
+    "minute": ["*", "0", "59", "*/7", "5-5", "50-10", "59/30", "H", "H(0-29)/25", "61", "1,2"],
+    "hour": ["*", "0", "23", "2", "23-23", "*/5", "3-9/3", "H(0-23)/25", "H", "24"],
+    "day": ["*", "1", "29", "30", "31", "L", "*/2", "H", "H(1-28)", "0", "1,15,30"],
+    "month": ["*", "2", "feb", "2-2", "4,6,9,11", "*/3", "H", "13", "dec-jan"],
+    "weekday": ["*", "0", "7", "5", "mon-fri", "5#5", "5#2", "5L", "L5", "*/2", "1/3", "H"],
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fields=st.fixed_dictionaries({k: st.sampled_from(v) for k, v in CRON_ITEMS.items()}),
+    seconds=st.sampled_from(["", " 0", " */15", " H"]),
+    schedule_id=st.sampled_from(["s11", "sched-33", "a"]),
+    zone=st.sampled_from(["UTC", AMS, "Australia/Lord_Howe"]),
+    after=starts,
+)
+def test_accepted_cron_evaluates_without_raising_and_fires(
+    fields: dict[str, str], seconds: str, schedule_id: str, zone: str, after: datetime
+) -> None:
+    expression = " ".join(fields.values()) + seconds
+    sched = schedule(cron(expression), schedule_id=schedule_id, timezone=zone)
+    if schedule_problem(sched) is not None:
+        return
+    assert next_occurrences(sched, utc(1970, 1, 1), count=2), "an accepted expression fires"
+    next_occurrences(sched, after, count=3)
 
 
 # --- 6. `H` hashes the schedule's id in validation and evaluation alike -----------------
