@@ -70,7 +70,7 @@ MAX_DEFER_HOPS = 4
 CANDIDATE_BUDGET = 10_000
 """Most occurrences one call examines; bounds a call whatever the schedule looks like."""
 MAX_OCCURRENCES = 10_000
-BLACKOUT_BUDGET = 48
+BLACKOUT_BUDGET = 32
 """Most window evaluations and blacked-out occurrences one candidate stream spends on
 blackouts before it stops with an `unfinished` candidate: bounds a call whatever the windows."""
 BLACKED_OUT_HORIZON = timedelta(days=400)
@@ -547,26 +547,53 @@ def _wall_instants(
     zone = ZoneInfo(schedule.timezone)
     anchor = _wall(schedule.start_at, zone) if schedule.start_at else _RRULE_ANCHOR
     walls = _wall_rule(recurrence, schedule.id, anchor)
-    # A DST change may map walls a little before `lower` to instants after it; buffer them
-    # in a heap because a repeated hour's second pass comes after later walls' first pass.
-    heap: list[datetime] = []
+    policy = schedule.dst_policy
     last: datetime | None = None
-    for wall in walls.forward(_wall(lower, zone) - _dst_slack(lower, zone)):
-        for instant in _to_utc(wall, zone, schedule.dst_policy, real_time=walls.real_time):
+    ahead = _instants_from(walls, zone, policy, lower)
+    for instant in heapq.merge(ahead, _repeated_before(walls, zone, policy, lower)):
+        if last is None or instant > last:
+            last = instant
+            yield instant
+
+
+def _instants_from(
+    walls: _WallRule, zone: ZoneInfo, policy: DstPolicy, lower: datetime
+) -> Iterator[datetime]:
+    """Instants > lower of the walls after `lower`'s own wall, ascending (maybe repeated)."""
+    # A repeated hour's second pass comes after later walls' first pass: buffer in a heap.
+    heap: list[datetime] = []
+    for wall in walls.forward(_wall(lower, zone)):
+        for instant in _to_utc(wall, zone, policy, real_time=walls.real_time):
             if instant > lower:
                 heapq.heappush(heap, instant)
         # No later wall maps before the earlier of this wall's two readings.
         floor = min(_reading(wall, zone, 0), _reading(wall, zone, 1))
         while heap and heap[0] <= floor:
-            instant = heapq.heappop(heap)
-            if last is None or instant > last:
-                last = instant
-                yield instant
+            yield heapq.heappop(heap)
     while heap:
-        instant = heapq.heappop(heap)
-        if last is None or instant > last:
-            last = instant
-            yield instant
+        yield heapq.heappop(heap)
+
+
+def _repeated_before(
+    walls: _WallRule, zone: ZoneInfo, policy: DstPolicy, lower: datetime
+) -> Iterator[datetime]:
+    """Instants > lower of walls up to `lower`'s own: the second pass of an hour that the
+    clocks are about to repeat, when `lower` lies in its first pass. Read lazily: a
+    per-second schedule has thousands of them, needed only once the first pass is over."""
+    high = lower + _DST_SLACK
+    before, after = lower.astimezone(zone).utcoffset(), high.astimezone(zone).utcoffset()
+    if before is None or after is None or after >= before:
+        return  # No fall-back ahead.
+    change = _gap_end(lower, high, zone)  # The first instant on the new offset.
+    first, own = _wall(change, zone), _wall(lower, zone)
+    if first > own:
+        return
+    for wall in walls.forward(first - _TICK):
+        if wall > own:
+            return
+        for instant in _to_utc(wall, zone, policy, real_time=walls.real_time):
+            if instant > lower:
+                yield instant
 
 
 def _dst_slack(instant: datetime, zone: ZoneInfo) -> timedelta:
