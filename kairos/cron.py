@@ -206,6 +206,9 @@ def parse_cron(expression: str, hash_id: str | None = None) -> CronSpec:
         raise CronError(f"{len(fields)} fields; expected 5 or 6 (seconds last)")
     minute, hour, day, month, weekday = fields[:5]
     second = fields[5] if len(fields) == 6 else "0"
+    # Parsed in the order written, so that the first bad field is the one reported.
+    minutes = tuple(sorted(_list(minute, _MINUTE, hash_id)))
+    hours = tuple(sorted(_list(hour, _HOUR, hash_id)))
     days: set[int] = set()
     last_day = False
     for item in day.split(","):
@@ -213,6 +216,7 @@ def parse_cron(expression: str, hash_id: str | None = None) -> CronSpec:
             last_day = True
         else:
             days |= _values(item, _DAY, hash_id)
+    months = tuple(sorted(_list(month, _MONTH, hash_id)))
     weekdays: set[int] = set()
     nth: set[tuple[int, int]] = set()
     last_weekdays: set[int] = set()
@@ -229,10 +233,10 @@ def parse_cron(expression: str, hash_id: str | None = None) -> CronSpec:
     day_star, weekday_star = day[0] in "*?", weekday[0] in "*?"
     return CronSpec(
         seconds=tuple(sorted(_list(second, _SECOND, hash_id))),
-        minutes=tuple(sorted(_list(minute, _MINUTE, hash_id))),
-        hours=tuple(sorted(_list(hour, _HOUR, hash_id))),
+        minutes=minutes,
+        hours=hours,
         days=frozenset(days),
-        months=tuple(sorted(_list(month, _MONTH, hash_id))),
+        months=months,
         weekdays=frozenset(weekdays),
         last_day=last_day,
         nth_weekdays=frozenset(nth),
@@ -285,7 +289,7 @@ def _single(text: str, spec: _Field) -> int:
     else:
         raise CronError(f"{spec.name} value {text!r} is not a number or a name cron knows")
     if not spec.low <= value <= spec.high:
-        raise CronError(f"{spec.name} value {value} is outside {spec.low}-{spec.high}")
+        raise CronError(f"{spec.name} value {value} is out of range {spec.low}-{spec.high}")
     return value
 
 
