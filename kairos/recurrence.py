@@ -742,8 +742,10 @@ class _RRuleWalls:
         if self._frequency not in ("DAILY", "HOURLY", "MINUTELY"):
             return None
         days = {name: parts[name] for name in self._DAY_PARTS if name in parts}
-        if set(days) <= {"WKST"} or any(c.isdigit() for c in days.get("BYDAY", "")):
+        if set(days) <= {"WKST"}:
             return None
+        if "BYDAY" in days:  # dateutil ignores `-1FR`'s position below MONTHLY: plain FR.
+            days["BYDAY"] = ",".join(sorted({item[-2:] for item in days["BYDAY"].split(",")}))
         if set(days) <= {"BYMONTH", "WKST"}:
             days["BYMONTHDAY"] = ",".join(str(day) for day in range(1, 32))
         fields = ";".join(f"{name}={value}" for name, value in days.items())
