@@ -120,10 +120,12 @@ def _start(rng: random.Random, zone: str) -> datetime:
     return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randint(0, 3 * 365 * 86_400))
 
 
-def _cronsim(expression: str, zone: str, after: datetime) -> list[datetime] | None:
+def _cronsim(
+    expression: str, zone: str, after: datetime, count: int = COUNT
+) -> list[datetime] | None:
     try:
         walker = CronSim(expression, after.astimezone(ZoneInfo(zone)))
-        return [next(walker).astimezone(UTC) for _ in range(COUNT)]
+        return [next(walker).astimezone(UTC) for _ in range(count)]
     except (CronSimError, StopIteration):
         return None
 
@@ -213,3 +215,23 @@ def test_dst_days_and_the_day_rule_agree_with_cronsim(
     assert [o.at for o in next_occurrences(sched, after, count=COUNT)] == _cronsim(
         expression, zone, after
     )
+
+
+@pytest.mark.parametrize(
+    ("expression", "zone", "after"),
+    [
+        # First pass of Amsterdam's repeated 02:00 hour: the second pass follows it.
+        ("*/10 2 * * * 0", "Europe/Amsterdam", datetime(2026, 10, 25, 0, 35, tzinfo=UTC)),
+        ("* 2 * * * */15", "Europe/Amsterdam", datetime(2026, 10, 25, 0, 59, tzinfo=UTC)),
+        ("*/7 * * * * 30", "America/New_York", datetime(2026, 11, 1, 5, 50, tzinfo=UTC)),
+        ("* 2 * * * 0", "Europe/Amsterdam", datetime(2026, 3, 29, 0, 55, tzinfo=UTC)),
+    ],
+)
+def test_seconds_field_real_time_across_dst_agrees_with_cronsim(
+    expression: str, zone: str, after: datetime
+) -> None:
+    # cronsim puts seconds first and follows real time for every 6-field expression.
+    *rest, seconds = expression.split()
+    theirs = _cronsim(" ".join([seconds, *rest]), zone, after, count=40)
+    sched = schedule(cron(expression), timezone=zone)
+    assert [o.at for o in next_occurrences(sched, after, count=40)] == theirs
