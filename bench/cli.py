@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         except KeyError:
             print(f"unknown scenario {args.scenario!r}", file=sys.stderr)
             return 2
+    if len(chosen) == 1 and not chosen[0].needs_stack:
+        return int(chosen[0].micro()([]))
     systems = set(args.systems.split(",")) if args.systems else None
     signal.signal(signal.SIGTERM, _raise_interrupt)
     return asyncio.run(_run_all(args, chosen, systems))

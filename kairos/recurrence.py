@@ -5,21 +5,24 @@ Calendar arithmetic only, no scheduling decisions: the worker's policy
 (`streams.policy.schedules`) and the API's validation and "next fire times" both use it,
 which is why it lives beside the clock and not inside either room.
 
-How it works: cron and RRULE are evaluated on naive *wall-clock* times of the schedule's
-timezone (croniter and dateutil do no DST arithmetic on naive values), and each wall time is
+How it works: cron (`kairos.cron`, the dialect of docs/cron.md) and RRULE (dateutil) are
+evaluated on naive *wall-clock* times of the schedule's timezone, and each wall time is
 mapped to UTC instants here, where the DST policy decides what a skipped or repeated wall
-time becomes. croniter's own handling of aware datetimes is not used: on the day after a
-fall-back it fires "0 2 * * *" at 03:00, and on a spring-forward day "30 2 * * *" at 03:30.
+time becomes.
 
 An *occurrence* has a nominal instant `at` (what the recurrence says, after the DST policy)
 and a `fire_at`: `at` plus the schedule's jitter, held back to the end of a blackout window.
 Occurrence sequences are strictly increasing in `at`.
+
+Blackout windows are merged (overlapping or touching windows make one blackout) and jumped
+over: the occurrences inside one blackout are never looked at one by one. Only the first
+(dropped) and, under `defer`, the last (held back to the blackout's end) are reported. Work
+spent on blacked-out time is bounded per call (BLACKOUT_BUDGET); a stream that runs out of it
+ends with an `unfinished` candidate rather than looking finished.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 import hashlib
 import heapq
 from collections.abc import Iterator
@@ -28,9 +31,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from croniter import croniter  # type: ignore[import-untyped]
 from dateutil.rrule import rrule, rrulestr  # type: ignore[import-untyped]
 
+from kairos.cron import CronError, CronSpec, parse_cron
 from schemas.schedules import (
     CronRecurrence,
     DstPolicy,
@@ -67,9 +70,13 @@ MAX_DEFER_HOPS = 4
 CANDIDATE_BUDGET = 10_000
 """Most occurrences one call examines; bounds a call whatever the schedule looks like."""
 MAX_OCCURRENCES = 10_000
+BLACKOUT_BUDGET = 32
+"""Most window evaluations and blacked-out occurrences one candidate stream spends on
+blackouts before it stops with an `unfinished` candidate: bounds a call whatever the windows."""
 BLACKED_OUT_HORIZON = timedelta(days=400)
-"""Occurrences excluded without a break for this long mean the windows cover them all:
-the schedule has no further occurrences (windows last at most 7 days each)."""
+"""A merged blackout is followed at most this far in one go."""
+RECUR_HORIZON = timedelta(days=30 * 365)
+"""A recurrence must fire within this long of its start, and again within this long."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _RRULE_ANCHOR = _EPOCH.replace(tzinfo=None)
@@ -79,9 +86,9 @@ _CALENDAR_CYCLE_YEARS = 400
 _SEARCH_HORIZON_YEARS = 30
 _ONE_SECOND = timedelta(seconds=1)
 _TICK = timedelta(microseconds=1)
-_CRON_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError)
-"""What croniter raises for bad input or when no match is left (its errors are ValueErrors,
-but a few bad inputs surface as the others)."""
+_EVALUATION_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError)
+"""What dateutil raises for rules it cannot evaluate (mostly ValueError, some lazily while
+iterating); validation refuses such rules, evaluation treats them as having no more matches."""
 
 
 @dataclass(frozen=True)
@@ -101,43 +108,56 @@ class Candidate:
     at: datetime
     fire_at: datetime | None
     window_end: datetime | None = None
+    unfinished: bool = False
+    """The stream stops here, inside a blackout, for want of budget: later occurrences exist
+    (or may): ask again from `at`. The occurrence at `at` itself is dropped."""
 
     def occurrence(self) -> Occurrence:
         assert self.fire_at is not None
         return Occurrence(self.at, self.fire_at, deferred=self.window_end is not None)
 
 
+_AnyRecurrence = CronRecurrence | RRuleRecurrence | IntervalRecurrence | NoRecurrence
+
 # --- validation -----------------------------------------------------------------------
 
 
-def cron_problem(expression: str) -> str | None:
-    """Why `expression` is not a cron expression Kairos can run, quoting it; None if it is."""
+def cron_problem(expression: str, *, hash_id: str | None = None) -> str | None:
+    """Why `expression` is not a cron expression Kairos can run, quoting it; None if it is.
+
+    `hash_id` is the schedule id `H` hashes (evaluation uses the same). An expression that
+    matches no date in a whole 400-year calendar cycle (30 February) is refused.
+    """
     problem = cron_shape_problem(expression)
     if problem:
         return problem
     try:
-        rule = croniter(expression, _RRULE_ANCHOR, hash_id="validation")
-        rule.get_next(datetime)
-    except _CRON_ERRORS as error:
+        spec = parse_cron(expression, hash_id)
+    except CronError as error:
         return f"invalid cron expression {expression!r}: {error}"
+    if spec.next_after(_RRULE_ANCHOR) is None:
+        return f"cron expression {expression!r} never produces an occurrence"
     return None
 
 
-def rrule_problem(rule: str) -> str | None:
+def rrule_problem(rule: str, *, start: datetime | None = None) -> str | None:
     """Why `rule` is not an RRULE Kairos can run, quoting it; None if it is.
 
-    A rule that yields no occurrence within 30 years of its start is refused too: it would
-    never (or almost never) run, and searching for it is what makes dateutil slow.
+    `start` is DTSTART as a naive wall time (the schedule's start_at in its timezone; the
+    epoch when omitted, as for blackout windows). A rule that yields no occurrence within 30
+    years of its start is refused too: it would never (or almost never) run, and searching
+    for it is what makes dateutil slow.
     """
     problem = rrule_shape_problem(rule)
     if problem:
         return problem
+    anchor = _RRULE_ANCHOR if start is None else start
     try:
-        wall_rule = _RRuleWalls(rule, _RRULE_ANCHOR)
-        first = next(wall_rule.forward(_RRULE_ANCHOR - _TICK), None)
-    except (ValueError, TypeError, KeyError, IndexError, OverflowError) as error:
+        wall_rule = _RRuleWalls(rule, anchor, strict=True)
+        first = next(wall_rule.forward(anchor - _TICK), None)
+    except _EVALUATION_ERRORS as error:
         return f"invalid RRULE {rule!r}: {error}"
-    if first is None:
+    if first is None or first - anchor > RECUR_HORIZON:
         return f"RRULE {rule!r} never produces an occurrence"
     return None
 
@@ -145,22 +165,48 @@ def rrule_problem(rule: str) -> str | None:
 def schedule_problem(schedule: Schedule) -> str | None:
     """The first reason `schedule` cannot be evaluated (bad cron, RRULE, timezone), or None.
 
-    Pydantic already checked the shape; this checks the meaning with croniter and dateutil.
-    The API answers 422 with this text; the worker refuses such an upsert.
+    Pydantic already checked the shape; this checks the meaning exactly as evaluation will
+    see it: `H` hashed with the schedule's id, an RRULE's DTSTART from start_at in the
+    schedule's timezone, and the schedule's own first two occurrences computed by the same
+    code the worker runs. A recurrence that never fires, or fires less than once every 30
+    years, is refused. The API answers 422 with this text; the worker refuses such an upsert.
     """
     problem = timezone_problem(schedule.timezone)
-    recurrences: list[CronRecurrence | RRuleRecurrence | IntervalRecurrence | NoRecurrence] = [
-        schedule.recurrence,
-        *(window.recurrence for window in schedule.exclusions),
-    ]
-    for recurrence in recurrences:
-        if problem:
-            break
+    if problem:
+        return problem
+    zone = ZoneInfo(schedule.timezone)
+    start = _wall(schedule.start_at, zone) if schedule.start_at else None
+    own: list[tuple[_AnyRecurrence, bool]] = [(schedule.recurrence, True)]
+    own += [(window.recurrence, False) for window in schedule.exclusions]
+    for recurrence, is_own in own:
         if isinstance(recurrence, CronRecurrence):
-            problem = cron_problem(recurrence.expression)
+            problem = cron_problem(recurrence.expression, hash_id=schedule.id)
         elif isinstance(recurrence, RRuleRecurrence):
-            problem = rrule_problem(recurrence.rule)
-    return problem
+            problem = rrule_problem(recurrence.rule, start=start if is_own else None)
+        if problem:
+            return problem
+    return _firing_problem(schedule)
+
+
+def _firing_problem(schedule: Schedule) -> str | None:
+    """Whether the schedule's own recurrence, evaluated as the worker will, fires (and again)."""
+    recurrence = schedule.recurrence
+    if not isinstance(recurrence, CronRecurrence | RRuleRecurrence):
+        return None
+    text = recurrence.expression if isinstance(recurrence, CronRecurrence) else recurrence.rule
+    what = f"{recurrence.kind} {text!r}"
+    start = schedule.start_at.astimezone(UTC) if schedule.start_at else _EPOCH
+    try:
+        instants = _wall_instants(schedule, recurrence, start - _TICK)
+        first = next(instants, None)
+        second = next(instants, None) if first is not None else None
+    except _EVALUATION_ERRORS as error:
+        return f"{what} cannot be evaluated from the schedule's start: {error}"
+    if first is None or first - start > RECUR_HORIZON:
+        return f"{what} never produces an occurrence after the schedule's start"
+    if second is None or second - first > RECUR_HORIZON:
+        return f"{what} fires less than once every 30 years"
+    return None
 
 
 # --- public evaluation ----------------------------------------------------------------
@@ -173,12 +219,13 @@ def next_occurrences(
 
     Honours start_at (inclusive), end_at (inclusive), max_runs (minus `runs_so_far`), the DST
     policy, exclusion windows and jitter. Fewer come back when the schedule ends, or when
-    CANDIDATE_BUDGET occurrences were examined without finding enough.
+    CANDIDATE_BUDGET occurrences (or BLACKOUT_BUDGET of blackout work) were examined without
+    finding enough.
     """
     limit = min(count, _remaining_runs(schedule, runs_so_far))
     found: list[Occurrence] = []
     for examined, candidate in enumerate(candidates(schedule, after)):
-        if len(found) >= limit or examined >= CANDIDATE_BUDGET:
+        if len(found) >= limit or examined >= CANDIDATE_BUDGET or candidate.unfinished:
             break
         if candidate.fire_at is not None:
             found.append(candidate.occurrence())
@@ -198,6 +245,8 @@ def occurrences_between(
     found: list[Occurrence] = []
     for examined, candidate in enumerate(candidates(schedule, start - _TICK)):
         if candidate.at >= end or len(found) >= limit or examined >= CANDIDATE_BUDGET:
+            break
+        if candidate.unfinished:
             break
         if candidate.fire_at is not None:
             found.append(candidate.occurrence())
@@ -225,36 +274,45 @@ def exclusion_window_end(schedule: Schedule, instant: datetime) -> datetime | No
 
 
 def candidates(schedule: Schedule, after: datetime) -> Iterator[Candidate]:
-    """Every occurrence with `at` > `after`, including ones an exclusion window dropped.
+    """Every occurrence with `at` > `after` that the schedule state must account for.
 
-    The schedule state uses this to move past dropped occurrences; most callers want
-    `next_occurrences`. Ignores max_runs; ends after BLACKED_OUT_HORIZON of nothing but
-    excluded occurrences. An occurrence held back to a window's end is
-    dropped when the next occurrence would fire no later (the latest one held back to a
-    window stands for all of them, and a regular occurrence at the window's end for both).
+    Includes occurrences an exclusion window dropped, except inside a blackout (merged
+    windows), which is jumped over: its first occurrence comes as dropped and, under
+    `defer`, its last one is held back to the blackout's end (the latest one held back stands
+    for all of them); the others are never examined. A held-back occurrence is dropped when
+    the next occurrence would fire no later. Ignores max_runs. Ends when the recurrence ends,
+    or, after BLACKOUT_BUDGET of blackout work, with an `unfinished` candidate: the schedule
+    is not over, the caller asks again later from that candidate's `at`.
     """
     pending: Candidate | None = None
     blackouts = _Blackouts(schedule)
-    excluded_since: datetime | None = None
-    for at in _nominal(schedule, after.astimezone(UTC)):
-        current = _place(schedule, at, blackouts)
-        if current.fire_at is not None:
-            excluded_since = None
-        elif excluded_since is None:
-            excluded_since = at
-        elif at - excluded_since > BLACKED_OUT_HORIZON:
-            return
-        if pending is not None:
-            assert pending.fire_at is not None
-            superseded = (
-                current.window_end is not None and current.window_end == pending.window_end
-            ) or (current.fire_at is not None and current.fire_at <= pending.fire_at)
-            yield Candidate(pending.at, None, pending.window_end) if superseded else pending
-            pending = None
-        if current.fire_at is not None and current.window_end is not None:
-            pending = current
-        else:
-            yield current
+    budget = _Budget(BLACKOUT_BUDGET)
+    lower = after.astimezone(UTC)
+    while True:
+        jump_to: datetime | None = None
+        for at in _nominal(schedule, lower):
+            placed = _place(schedule, at, blackouts, budget)
+            for current in placed.candidates:
+                if pending is not None:
+                    assert pending.fire_at is not None
+                    superseded = (
+                        current.window_end is not None and current.window_end == pending.window_end
+                    ) or (current.fire_at is not None and current.fire_at <= pending.fire_at)
+                    yield Candidate(pending.at, None, pending.window_end) if superseded else pending
+                    pending = None
+                if current.unfinished:
+                    yield current
+                    return
+                if current.fire_at is not None and current.window_end is not None:
+                    pending = current
+                else:
+                    yield current
+            if placed.resume_at is not None:
+                jump_to = placed.resume_at
+                break
+        if jump_to is None:
+            break
+        lower = jump_to - _TICK
     if pending is not None:
         yield pending
 
@@ -269,6 +327,20 @@ def max_fire_delay(schedule: Schedule) -> timedelta:
 
 
 # --- placing an occurrence: jitter and exclusion windows --------------------------------
+
+
+class _Budget:
+    """Blackout work one candidate stream may still spend."""
+
+    def __init__(self, units: int) -> None:
+        self.left = units
+
+    def spend(self, units: int = 1) -> None:
+        self.left -= units
+
+    @property
+    def exhausted(self) -> bool:
+        return self.left <= 0
 
 
 class _Blackouts:
@@ -297,6 +369,22 @@ class _Blackouts:
                 self._free[index] = self._free_stretch(window, instant)
         return max(ends) if ends else None
 
+    def run_end(self, instant: datetime, budget: _Budget) -> tuple[datetime, bool] | None:
+        """The end of the blackout holding `instant` (windows that overlap or touch merged),
+        and whether that end was reached (False: still blacked out there, out of budget or
+        past BLACKED_OUT_HORIZON); None when no window holds `instant`."""
+        end = self.end_at(instant)
+        if end is None:
+            return None
+        while True:
+            if budget.exhausted or end - instant > BLACKED_OUT_HORIZON:
+                return end, False
+            budget.spend(max(1, len(self._schedule.exclusions)))
+            further = self.end_at(end)
+            if further is None or further <= end:
+                return end, True
+            end = further
+
     def _free_stretch(
         self, window: ExclusionWindow, instant: datetime
     ) -> tuple[datetime, datetime] | None:
@@ -312,35 +400,112 @@ class _Blackouts:
         return (instant, starts[0])
 
 
-def _place(schedule: Schedule, at: datetime, blackouts: _Blackouts) -> Candidate:
+@dataclass(frozen=True)
+class _Placed:
+    """What one nominal instant turned into, and where the nominal search goes on from."""
+
+    candidates: tuple[Candidate, ...]
+    resume_at: datetime | None = None
+    """Jump: the next nominal instant to consider is the first at or after this."""
+
+
+def _place(schedule: Schedule, at: datetime, blackouts: _Blackouts, budget: _Budget) -> _Placed:
     jitter = jitter_offset(schedule.id, at, schedule.jitter_seconds)
-    fire_at = at + jitter
     if not schedule.exclusions:
-        return Candidate(at, fire_at)
+        return _Placed((Candidate(at, at + jitter),))
+    blackout = blackouts.run_end(at, budget)
+    if blackout is not None:
+        return _place_blackout(schedule, at, blackout, blackouts, budget)
+    # `at` is free, but jitter may carry the run into a blackout.
     first_end: datetime | None = None
+    fire_at = at + jitter
     for _ in range(MAX_DEFER_HOPS):
-        end = blackouts.end_at(fire_at)
-        if end is None:
-            return Candidate(at, fire_at, first_end)
+        held = blackouts.run_end(fire_at, budget)
+        if held is None:
+            return _Placed((Candidate(at, fire_at, first_end),))
+        budget.spend()
         if schedule.exclusion_action is ExclusionAction.SKIP:
-            return Candidate(at, None)
-        first_end = first_end or end
-        fire_at = end + jitter
-    return Candidate(at, None, first_end)
+            return _Placed((Candidate(at, None),))
+        first_end = first_end or held[0]
+        fire_at = held[0] + jitter
+    return _Placed((Candidate(at, None, first_end),))
+
+
+def _place_blackout(
+    schedule: Schedule,
+    at: datetime,
+    blackout: tuple[datetime, bool],
+    blackouts: _Blackouts,
+    budget: _Budget,
+) -> _Placed:
+    """`at` lies in a blackout ending at `end`: report its first and last occurrences, jump."""
+    end, reached = blackout
+    budget.spend()
+    last = _last_nominal_before(schedule, at, end) or at
+    if not reached or budget.exhausted:
+        # Out of budget: stop at the last occurrence known to be blacked out.
+        before = (Candidate(at, None, end),) if last > at else ()
+        return _Placed((*before, Candidate(last, None, end, unfinished=True)))
+    if schedule.exclusion_action is ExclusionAction.SKIP:
+        dropped: tuple[Candidate, ...] = (
+            (Candidate(at, None),) if last == at else (Candidate(at, None), Candidate(last, None))
+        )
+        return _Placed(dropped, resume_at=end)
+    jitter = jitter_offset(schedule.id, last, schedule.jitter_seconds)
+    fire_at: datetime | None = end + jitter
+    for _ in range(MAX_DEFER_HOPS):
+        assert fire_at is not None
+        held = blackouts.run_end(fire_at, budget)
+        if held is None:
+            break
+        budget.spend()
+        fire_at = held[0] + jitter
+    else:
+        fire_at = None
+    first = (Candidate(at, None, end),) if last > at else ()
+    return _Placed((*first, Candidate(last, fire_at, end)), resume_at=end)
 
 
 def _window_end(
     window: ExclusionWindow, zone: ZoneInfo, hash_id: str, instant: datetime
 ) -> datetime | None:
+    """The end of the window of this recurrence that holds `instant` and ends last, or None.
+
+    Windows of one recurrence all last as long, so the latest start at or before `instant`
+    decides; near a DST change a few more starts are read (wall and instant order differ).
+    """
     walls = _wall_rule(window.recurrence, hash_id, _RRULE_ANCHOR)
     wall = _wall(instant, zone)
     slack = _dst_slack(instant, zone)
     floor = wall - window.duration - slack
+    best: datetime | None = None
     for start_wall in walls.backward(wall + slack, floor):
         for start in _to_utc(start_wall, zone, DstPolicy.RUN_ONCE_SHIFTED, real_time=False):
             if start <= instant < start + window.duration:
-                return start + window.duration
-    return None
+                end = start + window.duration
+                best = end if best is None or end > best else best
+        if best is not None and (not slack or start_wall < wall - slack):
+            break
+    return best
+
+
+def _last_nominal_before(schedule: Schedule, low: datetime, high: datetime) -> datetime | None:
+    """The latest nominal instant in [low, high) (`low` is itself a nominal instant).
+
+    Read with the forward search itself over growing spans that end at `high`, so that it is
+    by construction the instant the forward search would have reached last (DST included).
+    """
+    span = timedelta(seconds=2)
+    while True:
+        start = max(low, high - span)
+        last: datetime | None = None
+        for instant in _nominal(schedule, start - _TICK):
+            if instant >= high:
+                break
+            last = instant
+        if last is not None or start <= low:
+            return last
+        span *= 30
 
 
 # --- nominal instants -------------------------------------------------------------------
@@ -382,34 +547,64 @@ def _wall_instants(
     zone = ZoneInfo(schedule.timezone)
     anchor = _wall(schedule.start_at, zone) if schedule.start_at else _RRULE_ANCHOR
     walls = _wall_rule(recurrence, schedule.id, anchor)
-    # A DST change may map walls a little before `lower` to instants after it; buffer them
-    # in a heap because a repeated hour's second pass comes after later walls' first pass.
-    heap: list[datetime] = []
+    policy = schedule.dst_policy
     last: datetime | None = None
-    for wall in walls.forward(_wall(lower, zone) - _dst_slack(lower, zone)):
-        for instant in _to_utc(wall, zone, schedule.dst_policy, real_time=walls.real_time):
-            if instant > lower:
-                heapq.heappush(heap, instant)
-        # No later wall maps before the earlier of this wall's two readings.
-        floor = min(_reading(wall, zone, 0), _reading(wall, zone, 1))
-        while heap and heap[0] <= floor:
-            instant = heapq.heappop(heap)
-            if last is None or instant > last:
-                last = instant
-                yield instant
-    while heap:
-        instant = heapq.heappop(heap)
+    ahead = _instants_from(walls, zone, policy, lower)
+    for instant in heapq.merge(ahead, _repeated_before(walls, zone, policy, lower)):
         if last is None or instant > last:
             last = instant
             yield instant
 
 
+def _instants_from(
+    walls: _WallRule, zone: ZoneInfo, policy: DstPolicy, lower: datetime
+) -> Iterator[datetime]:
+    """Instants > lower of the walls after `lower`'s own wall, ascending (maybe repeated)."""
+    # A repeated hour's second pass comes after later walls' first pass: buffer in a heap.
+    heap: list[datetime] = []
+    for wall in walls.forward(_wall(lower, zone)):
+        for instant in _to_utc(wall, zone, policy, real_time=walls.real_time):
+            if instant > lower:
+                heapq.heappush(heap, instant)
+        # No later wall maps before the earlier of this wall's two readings.
+        floor = min(_reading(wall, zone, 0), _reading(wall, zone, 1))
+        while heap and heap[0] <= floor:
+            yield heapq.heappop(heap)
+    while heap:
+        yield heapq.heappop(heap)
+
+
+def _repeated_before(
+    walls: _WallRule, zone: ZoneInfo, policy: DstPolicy, lower: datetime
+) -> Iterator[datetime]:
+    """Instants > lower of walls up to `lower`'s own: the second pass of an hour that the
+    clocks are about to repeat, when `lower` lies in its first pass. Read lazily: a
+    per-second schedule has thousands of them, needed only once the first pass is over."""
+    high = lower + _DST_SLACK
+    before, after = lower.astimezone(zone).utcoffset(), high.astimezone(zone).utcoffset()
+    if before is None or after is None or after >= before:
+        return  # No fall-back ahead.
+    change = _gap_end(lower, high, zone)  # The first instant on the new offset.
+    first, own = _wall(change, zone), _wall(lower, zone)
+    if first > own:
+        return
+    for wall in walls.forward(first - _TICK):
+        if wall > own:
+            return
+        for instant in _to_utc(wall, zone, policy, real_time=walls.real_time):
+            if instant > lower:
+                yield instant
+
+
 def _dst_slack(instant: datetime, zone: ZoneInfo) -> timedelta:
     """How far wall-clock searches around `instant` must reach back: 0 unless the zone's
-    offset changes nearby, where walls before `instant` can map to instants after it."""
+    offset changes nearby, where walls before `instant` can map to instants after it: as far
+    as the clocks go back (a repeated hour's second pass), plus a minute."""
     before = (instant - _DST_SLACK).astimezone(zone).utcoffset()
     after = (instant + _DST_SLACK).astimezone(zone).utcoffset()
-    return _DST_SLACK if before != after else timedelta(0)
+    if before is None or after is None or before == after:
+        return timedelta(0)
+    return min(abs(after - before) + timedelta(minutes=1), _DST_SLACK)
 
 
 def _wall(instant: datetime, zone: ZoneInfo) -> datetime:
@@ -475,42 +670,27 @@ def _wall_rule(
 
 class _CronWalls:
     def __init__(self, expression: str, hash_id: str) -> None:
-        self._expression = expression
-        self._hash_id = hash_id
-        self.real_time = expression.split()[1].startswith("*")
-
-    def _walker(self, start: datetime) -> croniter:
-        # Parsing dominates croniter's cost; copy a parsed one (its tables are read-only).
-        walker = copy.copy(_parsed_cron(self._expression, self._hash_id))
-        walker.set_current(start, force=True)
-        return walker
+        try:
+            self._spec: CronSpec | None = parse_cron(expression, hash_id)
+        except CronError:
+            self._spec = None  # Validation refuses it; evaluation finds no match.
+        self.real_time = self._spec.real_time if self._spec else False
 
     def forward(self, wall: datetime) -> Iterator[datetime]:
-        walker = self._walker(wall)
-        while True:
-            try:
-                found: datetime = walker.get_next(datetime)
-            except _CRON_ERRORS:  # CroniterBadDateError: no match is left.
-                return
-            if found > wall:
+        found: datetime | None = wall
+        while self._spec is not None and found is not None:
+            found = self._spec.next_after(found)
+            if found is not None:
                 yield found
 
     def backward(self, wall: datetime, floor: datetime) -> Iterator[datetime]:
-        walker = self._walker(wall + _ONE_SECOND)
-        while True:
-            try:
-                found: datetime = walker.get_prev(datetime)
-            except _CRON_ERRORS:
+        found: datetime | None = wall
+        while self._spec is not None and found is not None:
+            found = self._spec.prev_at_or_before(found)
+            if found is None or found < floor:
                 return
-            if found < floor:
-                return
-            if found <= wall:
-                yield found
-
-
-@functools.lru_cache(maxsize=256)
-def _parsed_cron(expression: str, hash_id: str) -> croniter:
-    return croniter(expression, _RRULE_ANCHOR, hash_id=hash_id)
+            yield found
+            found -= _ONE_SECOND
 
 
 class _RRuleWalls:
@@ -520,22 +700,64 @@ class _RRuleWalls:
     that never matches would loop for minutes. Two shifts keep it bounded: DTSTART moves
     forward by whole periods (same phase), and the whole search moves forward by a multiple
     of 400 years (same calendar) so that year 9999 lies 30-430 years past the start.
+    Backward searches read growing spans, latest first, so that finding the latest start of
+    a minutely window does not list a week of them.
+
+    With `strict` a rule dateutil cannot evaluate raises (validation); without, it simply
+    has no (more) matches, so evaluation never raises.
     """
 
     _PERIODS = {"WEEKLY": timedelta(weeks=1), "DAILY": timedelta(days=1)}
     _PERIODS |= {"HOURLY": timedelta(hours=1), "MINUTELY": timedelta(minutes=1)}
 
-    def __init__(self, rule: str, anchor: datetime) -> None:
+    def __init__(self, rule: str, anchor: datetime, *, strict: bool = False) -> None:
         self._body = rrule_body(rule)
         self._anchor = anchor.replace(microsecond=0)
         parts = dict(part.split("=", 1) for part in self._body.split(";"))
-        self._frequency = parts["FREQ"]
-        self._interval = int(parts.get("INTERVAL", "1"))
+        self._frequency = parts.get("FREQ", "")
+        self._interval = int(parts["INTERVAL"]) if parts.get("INTERVAL", "").isdigit() else 1
         self.real_time = self._frequency in ("HOURLY", "MINUTELY")
-        self._build(self._anchor)  # Fail now on a bad rule, not on first use.
+        self._days = self._day_rule(parts)
+        self._strict = strict
+        self._broken = False
+        try:
+            self._build(self._anchor)  # Fail now on a bad rule, not on first use.
+        except _EVALUATION_ERRORS:
+            if strict:
+                raise
+            self._broken = True
 
     def _build(self, dtstart: datetime) -> rrule:
         return rrulestr(self._body, dtstart=dtstart)
+
+    _DAY_PARTS = ("BYMONTH", "BYMONTHDAY", "BYYEARDAY", "BYWEEKNO", "BYDAY", "WKST")
+
+    def _day_rule(self, parts: dict[str, str]) -> str | None:
+        """For a daily or finer rule that filters days, a yearly rule listing those days.
+
+        dateutil walks a daily or finer rule day by day, also over days its filters refuse
+        (a rule for 29 February walks four years of them): the yearly rule finds the first
+        day that can match at once, and the search starts there.
+        """
+        if self._frequency not in ("DAILY", "HOURLY", "MINUTELY"):
+            return None
+        days = {name: parts[name] for name in self._DAY_PARTS if name in parts}
+        if set(days) <= {"WKST"}:
+            return None
+        if "BYDAY" in days:  # dateutil ignores `-1FR`'s position below MONTHLY: plain FR.
+            days["BYDAY"] = ",".join(sorted({item[-2:] for item in days["BYDAY"].split(",")}))
+        if set(days) <= {"BYMONTH", "WKST"}:
+            days["BYMONTHDAY"] = ",".join(str(day) for day in range(1, 32))
+        fields = ";".join(f"{name}={value}" for name, value in days.items())
+        return f"FREQ=YEARLY;{fields};BYHOUR=0;BYMINUTE=0;BYSECOND=0"
+
+    def _first_day(self, wall: datetime, years: int) -> datetime | None:
+        """The start of the first day on or after `wall`'s day that the day filters allow."""
+        assert self._days is not None
+        day = wall.replace(hour=0, minute=0, second=0, microsecond=0)
+        days = rrulestr(self._days, dtstart=_add_years(day, years))
+        found = days.after(_add_years(day, years), inc=True)
+        return None if found is None else _add_years(found, -years)
 
     def _start_near(self, wall: datetime) -> datetime:
         """The latest DTSTART <= wall with the anchor's phase (or the anchor itself)."""
@@ -551,19 +773,48 @@ class _RRuleWalls:
         return max(0, room // _CALENDAR_CYCLE_YEARS) * _CALENDAR_CYCLE_YEARS
 
     def forward(self, wall: datetime) -> Iterator[datetime]:
-        start = self._start_near(wall)
-        years = self._shift(wall)
-        shifted = self._build(_add_years(start, years))
-        for found in shifted.xafter(_add_years(wall, years), inc=False):
-            yield _add_years(found, -years)
+        if self._broken:
+            return
+        try:
+            years = self._shift(wall)
+            if self._days is not None:
+                day = self._first_day(wall, years)
+                if day is None:
+                    return
+                wall = max(wall, day - _TICK)
+            start = self._start_near(wall)
+            shifted = self._build(_add_years(start, years))
+            for found in shifted.xafter(_add_years(wall, years), inc=False):
+                yield _add_years(found, -years)
+        except _EVALUATION_ERRORS:
+            if self._strict:
+                raise
 
     def backward(self, wall: datetime, floor: datetime) -> Iterator[datetime]:
-        start = self._start_near(floor)
+        if self._broken:
+            return
+        try:
+            yield from self._backward(wall, floor)
+        except _EVALUATION_ERRORS:
+            if self._strict:
+                raise
+
+    def _backward(self, wall: datetime, floor: datetime) -> Iterator[datetime]:
         years = self._shift(wall)
-        shifted = self._build(_add_years(start, years))
-        found = shifted.between(_add_years(floor, years), _add_years(wall, years), inc=True)
-        for match in reversed(found):
-            yield _add_years(match, -years)
+        period = self._PERIODS.get(self._frequency, timedelta(days=1))
+        high, span = wall, 2 * period * self._interval
+        while True:
+            low = max(floor, high - span)
+            span *= 32
+            shifted = self._build(_add_years(self._start_near(low), years))
+            found = shifted.between(_add_years(low, years), _add_years(high, years), inc=True)
+            for match in reversed(found):
+                match = _add_years(match, -years)
+                if match < high or high == wall:
+                    yield match
+            if low <= floor:
+                return
+            high = low
 
 
 def _add_years(wall: datetime, years: int) -> datetime:

@@ -2,7 +2,7 @@
 
 A schedule runs one scanner over a target set on a recurrence (cron, interval, RRULE) and/or
 when an object changes. Everything here is plain data validated by pydantic and the standard
-library only: the shape of cron and RRULE text is checked here, their full meaning (croniter,
+library only: the shape of cron and RRULE text is checked here, their full meaning (kairos.cron,
 dateutil) in `kairos.recurrence.schedule_problem`.
 
 Events travel on `schedule-changes` with key = schedule id.
@@ -72,9 +72,9 @@ class DstPolicy(StrEnum):
     A skipped time (02:30 on a spring-forward day) runs at the first instant after the gap
     (03:00) under RUN_ONCE_SHIFTED and RUN_BOTH, and not at all under SKIP. A repeated time
     (02:30 on a fall-back day) runs at its first instant under RUN_ONCE_SHIFTED and SKIP and at
-    both instants under RUN_BOTH. Recurrences that run at least hourly (a cron hour field that
-    starts with `*`, an RRULE with FREQ=HOURLY or MINUTELY) follow real time whatever this says:
-    a repeated hour runs again, a skipped hour has nothing to run (Vixie cron's rule).
+    both instants under RUN_BOTH. Cron whose minute or hour field starts with `*` and RRULEs
+    with FREQ=HOURLY or MINUTELY follow real time whatever this says: a repeated hour runs
+    again, a skipped hour has nothing to run (Vixie cron's rule; docs/cron.md).
     """
 
     RUN_ONCE_SHIFTED = "run_once_shifted"
@@ -213,7 +213,7 @@ def _bysetpos_problem(rule: str, parts: Mapping[str, str]) -> str | None:
 
 
 class CronRecurrence(Contract):
-    """Cron, 5 fields or 6 with seconds as the last field (croniter's order)."""
+    """Cron, 5 fields or 6 with seconds as the last field: the dialect of docs/cron.md."""
 
     kind: Literal["cron"] = "cron"
     expression: str = Field(min_length=1, max_length=200)

@@ -5,7 +5,7 @@ a `schedule.*` event keyed by the schedule id, answered 202 + event id. The sche
 is its id, so names are unique by construction (and by a unique index in the projection).
 
 Recurrences are checked for meaning here with `kairos.recurrence.schedule_problem`
-(croniter and dateutil; `schemas` may only use pydantic and the standard library, so the
+(kairos.cron and dateutil; `schemas` may only use pydantic and the standard library, so the
 check cannot live there). That module is calendar arithmetic shared by the API and the
 worker, outside both rooms, so they refuse the same schedules with the same words.
 """

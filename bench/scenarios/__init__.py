@@ -13,9 +13,14 @@ class Scenario:
     title: str
     module: str
     in_all: bool
+    needs_stack: bool = True
+    """False: a micro-benchmark run as `main(argv)`, without broker or database."""
 
     def runner(self):  # noqa: ANN201 - returns the module's async run(ctx, systems)
         return importlib.import_module(self.module).run
+
+    def micro(self):  # noqa: ANN201 - returns the module's main(argv) -> exit code
+        return importlib.import_module(self.module).main
 
 
 SCENARIOS = [
@@ -28,6 +33,9 @@ SCENARIOS = [
     Scenario("memory", 7, "Memory per host", "bench.scenarios.memory", True),
     Scenario("recovery", 8, "Recovery after kill -9", "bench.scenarios.recovery", True),
     Scenario("cron", 9, "Cron schedules", "bench.scenarios.cron", True),
+    Scenario(
+        "recurrence", 10, "Recurrence micro-benchmark", "bench.scenarios.recurrence", False, False
+    ),
 ]
 
 

@@ -656,8 +656,9 @@ def _plan_next(draft: _Draft) -> None:
             values["next_fire_at"] = candidate.fire_at
             return
         last_seen = candidate.at
-        if examined >= DUE_CANDIDATE_BUDGET:
-            # Everything examined was dropped: wake then to move the cursor past it.
+        if examined >= DUE_CANDIDATE_BUDGET or candidate.unfinished:
+            # Everything examined was dropped (a long blackout is not the schedule's end):
+            # wake then to move the cursor past it.
             values["next_fire_at"] = max(last_seen, draft.now)
             return
 
