@@ -16,7 +16,7 @@ from api.publisher import Publisher
 from api.queries import QUERY_TIMEOUT_SECONDS
 from api.routes import health, hosts, jobs, operations, scheduler
 from kairos.clock import Clock, clock_for_speed
-from kairos.settings import Settings
+from kairos.settings import Settings, topic_durability_problem
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,11 @@ def create_app(
     """The API for `settings`. Kafka and PostgreSQL may be down at start: calls then get 503.
 
     `wait_seconds` bounds `?wait=true`; tests that never run a projector shorten it.
+    Refuses (ValueError) prod settings whose topics would lose acknowledged events.
     """
+    problem = topic_durability_problem(settings)
+    if problem:
+        raise ValueError(problem)
     timeout = min(settings.connect_timeout_seconds, CALL_TIMEOUT_SECONDS)
 
     @asynccontextmanager

@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     min_insync_replicas: int | None = Field(
         default=None, ge=1, le=5, description="min.insync.replicas for created topics."
     )
+    allow_unsafe_topics: bool = Field(
+        default=False,
+        description="Let env=prod start with replication factor 1 or no min.insync.replicas "
+        "(topics that lose acknowledged events when one broker is lost).",
+    )
     clock_speed: float = Field(
         default=1.0, gt=0, description="Scheduler time speed-up, for demos and simulations."
     )
@@ -145,3 +150,27 @@ class Settings(BaseSettings):
                 str(self.kafka_ssl_keyfile) if self.kafka_ssl_keyfile else None,
             )
         return context
+
+
+def topic_durability_problem(settings: Settings) -> str | None:
+    """Why `settings` must not start in prod, or None.
+
+    In prod the topics Kairos creates must survive the loss of a broker without losing an
+    acknowledged event: replication factor above 1 and min.insync.replicas set (acks=all
+    alone waits for every *in-sync* replica, which may be just the leader).
+    """
+    if settings.env is not Environment.PROD or settings.allow_unsafe_topics:
+        return None
+    wrong = []
+    if settings.replication_factor == 1:
+        wrong.append("KAIROS_REPLICATION_FACTOR is 1")
+    if settings.min_insync_replicas is None:
+        wrong.append("KAIROS_MIN_INSYNC_REPLICAS is unset")
+    if not wrong:
+        return None
+    return (
+        f"KAIROS_ENV=prod refuses to start: {' and '.join(wrong)}, so the topics Kairos "
+        "creates would lose acknowledged events with one broker; set "
+        "KAIROS_REPLICATION_FACTOR=3 and KAIROS_MIN_INSYNC_REPLICAS=2, or "
+        "KAIROS_ALLOW_UNSAFE_TOPICS=true to run anyway"
+    )
