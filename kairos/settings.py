@@ -104,7 +104,21 @@ class Settings(BaseSettings):
     api_host: str = Field(default="127.0.0.1", description="API bind address.")
     api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")
     token_secret: SecretStr = Field(
-        default=SecretStr(DEV_TOKEN_SECRET), description="Secret that signs API tokens."
+        default=SecretStr(DEV_TOKEN_SECRET),
+        description="Secret that signs API tokens; changing it invalidates every token.",
+    )
+    api_token_cache_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=300,
+        description="How long the API trusts a token it looked up in the database; a "
+        "revocation takes effect within this time (0: look tokens up on every request).",
+    )
+    api_max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="Largest request body the API reads; a longer one is answered 413.",
     )
 
     @model_validator(mode="after")

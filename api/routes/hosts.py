@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from api import queries
-from api.deps import AnalystDep, ClockDep, ConnDep, GuestDep, PublisherDep
+from api.deps import AnalystDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import (
     CONFLICT,
     NOT_FOUND,
@@ -31,7 +31,7 @@ from schemas.api import (
 from schemas.base import ComplianceState, HostStatus
 from schemas.events import HostMaintenanceSet, HostScanRequested
 
-router = APIRouter(prefix=PREFIX, tags=["hosts"])
+router = APIRouter(prefix=PREFIX, tags=["hosts"], route_class=AuthenticatedRoute)
 
 NO_NUL = r"^[^\x00]*$"
 HostId = Annotated[str, Path(min_length=1, max_length=255, pattern=NO_NUL)]

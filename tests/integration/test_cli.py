@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -69,3 +70,24 @@ def test_migrations_apply_once_and_token_is_the_last_line(settings: Settings) ->
     assert revoked.returncode == 0 and "revoked 1" in revoked.stdout
     refused = run_kairos(settings, "token", "create", "--role", "KING")
     assert refused.returncode == 2 and "unknown role" in refused.stderr
+
+
+def test_token_with_a_ttl_expires_and_a_bad_ttl_is_refused(settings: Settings) -> None:
+    created = run_kairos(settings, "token", "create", "--role", "GUEST", "--ttl", "30d")
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip().splitlines()[-1]
+    assert "expires 20" in created.stderr
+    forever = run_kairos(settings, "token", "create", "--role", "GUEST", "--name", "forever")
+    assert forever.returncode == 0 and "expires never" in forever.stderr
+    with psycopg.connect(settings.database_url) as conn:
+        rows = conn.execute(
+            "SELECT name, expires_at - created_at FROM api_tokens ORDER BY created_at"
+        ).fetchall()
+    assert rows == [("cli", timedelta(days=30)), ("forever", None)]
+    assert token.startswith("kairos_") and "." in token, "signed: body.signature"
+
+    for bad in ("30", "30w", "-1d", "1.5h"):
+        refused = run_kairos(settings, "token", "create", "--role", "GUEST", "--ttl", bad)
+        assert refused.returncode == 2
+        [line] = [line for line in refused.stderr.splitlines() if line.startswith("kairos:")]
+        assert "s, m, h or d" in line
