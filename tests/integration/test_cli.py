@@ -91,3 +91,33 @@ def test_token_with_a_ttl_expires_and_a_bad_ttl_is_refused(settings: Settings) -
         assert refused.returncode == 2
         [line] = [line for line in refused.stderr.splitlines() if line.startswith("kairos:")]
         assert "s, m, h or d" in line
+
+
+@pytest.mark.parametrize("command", ["worker", "projector", "api"])
+def test_prod_with_unsafe_topics_refuses_to_start_with_one_line(
+    settings: Settings, command: str
+) -> None:
+    closed = f"127.0.0.1:{free_port()}"
+    prod = {
+        **settings_env(settings),
+        "KAIROS_ENV": "prod",
+        "KAIROS_TOKEN_SECRET": "a-production-secret",
+        "KAIROS_REPLICATION_FACTOR": "1",
+        "KAFKA_BOOTSTRAP_SERVERS": closed,
+        "KAIROS_CONNECT_TIMEOUT_SECONDS": "2",
+    }
+
+    def run(env: dict[str, str]) -> tuple[int, list[str]]:
+        done = subprocess.run(
+            [*kairos_executable(), command], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert "Traceback" not in done.stderr + done.stdout
+        return done.returncode, [ln for ln in done.stderr.splitlines() if ln.startswith("kairos:")]
+
+    code, [line] = run(prod)
+    assert code == 2
+    assert line.startswith("kairos: KAIROS_ENV=prod refuses to start: KAIROS_REPLICATION_FACTOR")
+    assert "KAIROS_ALLOW_UNSAFE_TOPICS=true" in line
+    # With the override it goes on, and stops only at the (closed) Kafka address.
+    code, [line] = run({**prod, "KAIROS_ALLOW_UNSAFE_TOPICS": "true"})
+    assert code == 2 and closed in line and "refuses" not in line
