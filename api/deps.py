@@ -8,7 +8,7 @@ body is read and before any pooled connection is taken; `CallerDep` then hands o
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import psycopg
@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from api import queries, tokens
 from api.errors import Forbidden, InvalidInput, Unauthenticated
+from api.probes import SharedProbe
 from api.publisher import Publisher
 from kairos.clock import Clock
 from kairos.db import DatabaseUnavailable, redact
@@ -39,6 +40,12 @@ class Runtime:
     timeout: float
     wait_seconds: float
     token_verifier: tokens.TokenVerifier
+    readiness: SharedProbe[tuple[str, str]] = field(default_factory=SharedProbe)
+    """(kafka, database) states for `/readyz`, checked at most once a second."""
+    read_model_figures: SharedProbe[tuple[float | None, int | None, int]] = field(
+        default_factory=SharedProbe
+    )
+    """(projection lag, backlog, read model up) for `/metrics`, read at most once a second."""
 
 
 @dataclass(frozen=True)

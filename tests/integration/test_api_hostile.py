@@ -240,3 +240,22 @@ async def test_metrics_labels_stay_bounded(base: Base) -> None:
     assert methods == {"GET", "OTHER"}
     assert routes == {f"{P}/hosts/{{host_id}}", "unmatched"}
     assert "h-007" not in text and "passwd" not in text
+
+
+async def test_open_endpoints_probe_the_database_at_most_once_a_second(base: Base) -> None:
+    """/readyz and /metrics take no token: a flood of them, sequential and concurrent, makes
+    at most one database probe each per second."""
+    async with running(base.settings) as api:
+        assert (await api.client.get("/readyz")).status_code == 200
+        checkouts = api.checkouts()
+        started = asyncio.get_running_loop().time()
+        for _ in range(5):
+            answers = await asyncio.gather(
+                *(api.client.get(path) for _ in range(20) for path in ("/readyz", "/metrics"))
+            )
+            assert {answer.status_code for answer in answers} == {200}
+        seconds = asyncio.get_running_loop().time() - started
+        probes = api.checkouts() - checkouts
+        assert len(answers) * 5 == 200
+        assert probes <= 2 * (int(seconds) + 1), (probes, seconds)
+        assert "kairos_read_model_up 1" in answers[-1].text
