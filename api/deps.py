@@ -1,19 +1,27 @@
-"""Request dependencies as `Annotated` aliases: connection, publisher, clock, caller, roles."""
+"""Request dependencies as `Annotated` aliases: connection, publisher, clock, caller, roles.
+
+Authentication is not an ordinary dependency: FastAPI reads and parses a body before it
+resolves dependencies, so `AuthenticatedRoute` checks the bearer token first, before the
+body is read and before any pooled connection is taken; `CallerDep` then hands on the result.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import psycopg
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from api import queries, tokens
 from api.errors import Forbidden, InvalidInput, Unauthenticated
+from api.probes import SharedProbe
 from api.publisher import Publisher
 from kairos.clock import Clock
 from kairos.db import DatabaseUnavailable, redact
@@ -31,6 +39,13 @@ class Runtime:
     publisher: Publisher
     timeout: float
     wait_seconds: float
+    token_verifier: tokens.TokenVerifier
+    readiness: SharedProbe[tuple[str, str]] = field(default_factory=SharedProbe)
+    """(kafka, database) states for `/readyz`, checked at most once a second."""
+    read_model_figures: SharedProbe[tuple[float | None, int | None, int]] = field(
+        default_factory=SharedProbe
+    )
+    """(projection lag, backlog, read model up) for `/metrics`, read at most once a second."""
 
 
 @dataclass(frozen=True)
@@ -49,15 +64,19 @@ def _runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(_runtime)]
 
 
+def _pool_timeout(runtime: Runtime) -> DatabaseUnavailable:
+    return DatabaseUnavailable(
+        f"PostgreSQL is not reachable at {redact(runtime.settings.database_url)} "
+        f"(no connection within {runtime.timeout:g}s)"
+    )
+
+
 async def _connection(runtime: RuntimeDep) -> AsyncIterator[psycopg.AsyncConnection]:
     try:
         async with runtime.pool.connection(timeout=runtime.timeout) as conn:
             yield conn
     except PoolTimeout:
-        raise DatabaseUnavailable(
-            f"PostgreSQL is not reachable at {redact(runtime.settings.database_url)} "
-            f"(no connection within {runtime.timeout:g}s)"
-        ) from None
+        raise _pool_timeout(runtime) from None
 
 
 ConnDep = Annotated[psycopg.AsyncConnection, Depends(_connection)]
@@ -82,18 +101,61 @@ bearer = HTTPBearer(
 )
 
 
-async def _caller(
-    conn: ConnDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Caller:
-    if credentials is None or credentials.scheme.lower() != "bearer":
+async def authenticate(request: Request) -> Caller:
+    """The caller named by the request's bearer token, or Unauthenticated.
+
+    Touches the database only for a token signed with this deployment's secret and not
+    looked up within `KAIROS_API_TOKEN_CACHE_SECONDS` (see `api.tokens`).
+    """
+    runtime = _runtime(request)
+    scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+    if scheme.lower() != "bearer" or not token:
         raise Unauthenticated("a bearer token is required (Authorization: Bearer <token>)")
-    async with queries.driver_errors():
-        found = await tokens.caller_of(conn, credentials.credentials)
-    if found is None:
-        raise Unauthenticated("the bearer token is unknown or revoked")
-    name, role = found
-    return Caller(name=name, role=role)
+
+    async def lookup(value: str) -> tokens.TokenRecord | None:
+        try:
+            async with runtime.pool.connection(timeout=runtime.timeout) as conn:
+                async with queries.driver_errors():
+                    return await tokens.lookup(conn, value)
+        except PoolTimeout:
+            raise _pool_timeout(runtime) from None
+
+    try:
+        record = await runtime.token_verifier.verify(token, lookup)
+    except tokens.TokenRefused as refused:
+        raise Unauthenticated(str(refused)) from None
+    return Caller(name=record.name, role=record.role)
+
+
+async def _caller(
+    request: Request,
+    # Declares the bearer scheme in the OpenAPI document; the check is `authenticate`.
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Caller:
+    caller = getattr(request.state, "caller", None)
+    if not isinstance(caller, Caller):  # A route built without AuthenticatedRoute.
+        caller = await authenticate(request)
+    return caller
+
+
+def _needs_caller(dependant: Dependant) -> bool:
+    return any(sub.call is _caller or _needs_caller(sub) for sub in dependant.dependencies)
+
+
+class AuthenticatedRoute(APIRoute):
+    """A route that authenticates its caller before its body is read or any dependency runs,
+    when it needs a caller at all (its dependencies include `CallerDep`)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if not _needs_caller(self.dependant):
+            return handler
+
+        async def authenticated(request: Request) -> Response:
+            request.state.caller = await authenticate(request)
+            return await handler(request)
+
+        return authenticated
 
 
 CallerDep = Annotated[Caller, Depends(_caller)]

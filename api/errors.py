@@ -42,10 +42,6 @@ class CommandNotFound(LookupError):
     pass
 
 
-class HostNotScannable(RuntimeError):
-    """The host is inactive or down: a forced scan would be refused by the worker."""
-
-
 class InvalidInput(ValueError):
     """An input that passed type checks but makes no sense; names its field."""
 
@@ -61,7 +57,6 @@ ERROR_STATUS: dict[type[Exception], int] = {
     Forbidden: 403,
     HostNotFound: 404,
     CommandNotFound: 404,
-    HostNotScannable: 409,
     InvalidInput: 422,
     DatabaseUnavailable: 503,
     KafkaUnavailable: 503,
@@ -184,4 +179,3 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     503: _error("Kafka or PostgreSQL is unreachable; nothing was published."),
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _error("Not in the read model.")}
-CONFLICT: dict[int | str, dict[str, Any]] = {409: _error("The host is inactive or down.")}

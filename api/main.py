@@ -10,13 +10,15 @@ from fastapi import Depends, FastAPI
 from psycopg_pool import AsyncConnectionPool
 
 from api import errors
+from api.body_limit import BodyLimitMiddleware
 from api.deps import Runtime, reject_unknown_query
 from api.metrics import MetricsMiddleware, RequestMetrics
 from api.publisher import Publisher
 from api.queries import QUERY_TIMEOUT_SECONDS
 from api.routes import health, hosts, jobs, operations, scheduler
+from api.tokens import TokenVerifier
 from kairos.clock import Clock, clock_for_speed
-from kairos.settings import Settings
+from kairos.settings import Settings, topic_durability_problem
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +34,10 @@ Reads come from the PostgreSQL read model; writes are published as events on
 `?wait=true` and the projection shows the change within 5 s).
 
 Every call but `/healthz`, `/readyz` and `/metrics` needs `Authorization: Bearer <token>`
-(`kairos token create --role ROLE`). Roles: GUEST < SECURITY_ANALYST < SECURITY_ADMIN <
-SUPER_ADMIN; a role may do what any lower one may. Errors always have the shape
-`{"detail": "...", "errors": [...]}`.
+(`kairos token create --role ROLE [--ttl 30d]`), checked before the body is read. Roles:
+GUEST < SECURITY_ANALYST < SECURITY_ADMIN < SUPER_ADMIN; a role may do what any lower one may.
+A body longer than the configured limit (1 MiB by default) is answered `413`. Errors always
+have the shape `{"detail": "...", "errors": [...]}`.
 """
 
 
@@ -44,7 +47,11 @@ def create_app(
     """The API for `settings`. Kafka and PostgreSQL may be down at start: calls then get 503.
 
     `wait_seconds` bounds `?wait=true`; tests that never run a projector shorten it.
+    Refuses (ValueError) prod settings whose topics would lose acknowledged events.
     """
+    problem = topic_durability_problem(settings)
+    if problem:
+        raise ValueError(problem)
     timeout = min(settings.connect_timeout_seconds, CALL_TIMEOUT_SECONDS)
 
     @asynccontextmanager
@@ -74,6 +81,10 @@ def create_app(
             publisher=publisher,
             timeout=timeout,
             wait_seconds=wait_seconds,
+            token_verifier=TokenVerifier(
+                settings.token_secret.get_secret_value(),
+                cache_seconds=settings.api_token_cache_seconds,
+            ),
         )
         try:
             yield
@@ -89,6 +100,7 @@ def create_app(
         dependencies=[Depends(reject_unknown_query)],
     )
     app.state.metrics = RequestMetrics()
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     errors.install(app)
     # The health routes sit on the app itself rather than in an included router, so that

@@ -17,6 +17,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 UNMATCHED = "unmatched"
 """Route label of requests no route matched, so scanners cannot blow up label cardinality."""
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "OTHER"
+"""Method label of every method not in METHODS (`FOO`, `PROPFIND`, ...), for the same reason."""
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -89,6 +92,16 @@ def gauge(name: str, help_text: str, value: float | None) -> list[str]:
     return lines
 
 
+def method_label(method: str) -> str:
+    return method if method in METHODS else OTHER_METHOD
+
+
+def route_label(scope: Scope) -> str:
+    """The template of the route that answered (`/hosts/{host_id}`), never the raw path."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) and path else UNMATCHED
+
+
 class MetricsMiddleware:
     """Times every HTTP request and records it under its route template."""
 
@@ -112,5 +125,9 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_recording_status)
         finally:
-            route = getattr(scope.get("route"), "path", None) or UNMATCHED
-            self.metrics.observe(scope["method"], route, status, time.perf_counter() - started)
+            self.metrics.observe(
+                method_label(scope["method"]),
+                route_label(scope),
+                status,
+                time.perf_counter() - started,
+            )

@@ -293,9 +293,13 @@ def db_migrate() -> None:
 def token_create(
     role: Annotated[str, typer.Option(help="GUEST, SECURITY_ANALYST, SECURITY_ADMIN, SUPER_ADMIN")],
     name: Annotated[str, typer.Option(help="Who or what the token is for.")] = "cli",
+    ttl: Annotated[
+        str | None,
+        typer.Option(help="Lifetime: a number and s, m, h or d (e.g. 30d); default never."),
+    ] = None,
 ) -> None:
     """Create an API token; the last line printed is the token alone."""
-    from api.tokens import create_token
+    from api.tokens import issue_token, parse_ttl
     from kairos.db import DatabaseUnavailable, connect, migrate
     from schemas.api import Role
 
@@ -305,18 +309,30 @@ def token_create(
         raise _fail(
             f"unknown role {role!r}; choose one of {', '.join(r.name for r in Role)}"
         ) from None
+    try:
+        lifetime = parse_ttl(ttl) if ttl is not None else None
+    except ValueError as error:
+        raise _fail(str(error)) from None
     settings = _settings()
 
-    async def create() -> str:
+    async def create() -> tuple[str, str]:
         await migrate(settings.database_url, timeout=settings.connect_timeout_seconds)
         async with await connect(settings.database_url) as conn:
-            return await create_token(conn, role=chosen, name=name)
+            issued = await issue_token(
+                conn,
+                role=chosen,
+                name=name,
+                secret=settings.token_secret.get_secret_value(),
+                ttl=lifetime,
+            )
+        expiry = issued.expires_at.isoformat() if issued.expires_at else "never"
+        return issued.token, expiry
 
     try:
-        token = asyncio.run(create())
+        token, expiry = asyncio.run(create())
     except DatabaseUnavailable as error:
         raise _fail(str(error)) from None
-    print(f"created a {chosen.name} token named {name!r}", file=sys.stderr)
+    print(f"created a {chosen.name} token named {name!r}, expires {expiry}", file=sys.stderr)
     print(token)
 
 
@@ -325,7 +341,8 @@ def token_revoke(
     name: Annotated[str | None, typer.Option(help="Revoke every token with this name.")] = None,
     token: Annotated[str | None, typer.Option(help="Revoke this token.")] = None,
 ) -> None:
-    """Revoke tokens by name or by value; takes effect on the next request."""
+    """Revoke tokens by name or by value; a running API refuses them within
+    KAIROS_API_TOKEN_CACHE_SECONDS (30 s by default)."""
     from api.tokens import revoke_token
     from kairos.db import DatabaseUnavailable, connect
 

@@ -131,7 +131,12 @@ def dev_admin_token(settings: Settings) -> str:
     async def create() -> str:
         await migrate(settings.database_url)
         async with await connect(settings.database_url) as conn:
-            return await create_token(conn, role=Role.SUPER_ADMIN, name="kairos dev")
+            return await create_token(
+                conn,
+                role=Role.SUPER_ADMIN,
+                name="kairos dev",
+                secret=settings.token_secret.get_secret_value(),
+            )
 
     return asyncio.run(create())
 

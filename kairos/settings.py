@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     min_insync_replicas: int | None = Field(
         default=None, ge=1, le=5, description="min.insync.replicas for created topics."
     )
+    allow_unsafe_topics: bool = Field(
+        default=False,
+        description="Let env=prod start with replication factor 1 or no min.insync.replicas "
+        "(topics that lose acknowledged events when one broker is lost).",
+    )
     clock_speed: float = Field(
         default=1.0, gt=0, description="Scheduler time speed-up, for demos and simulations."
     )
@@ -111,7 +116,21 @@ class Settings(BaseSettings):
     api_host: str = Field(default="127.0.0.1", description="API bind address.")
     api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")
     token_secret: SecretStr = Field(
-        default=SecretStr(DEV_TOKEN_SECRET), description="Secret that signs API tokens."
+        default=SecretStr(DEV_TOKEN_SECRET),
+        description="Secret that signs API tokens; changing it invalidates every token.",
+    )
+    api_token_cache_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=300,
+        description="How long the API trusts a token it looked up in the database; a "
+        "revocation takes effect within this time (0: look tokens up on every request).",
+    )
+    api_max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="Largest request body the API reads; a longer one is answered 413.",
     )
 
     @model_validator(mode="after")
@@ -157,3 +176,27 @@ class Settings(BaseSettings):
                 str(self.kafka_ssl_keyfile) if self.kafka_ssl_keyfile else None,
             )
         return context
+
+
+def topic_durability_problem(settings: Settings) -> str | None:
+    """Why `settings` must not start in prod, or None.
+
+    In prod the topics Kairos creates must survive the loss of a broker without losing an
+    acknowledged event: replication factor above 1 and min.insync.replicas set (acks=all
+    alone waits for every *in-sync* replica, which may be just the leader).
+    """
+    if settings.env is not Environment.PROD or settings.allow_unsafe_topics:
+        return None
+    wrong = []
+    if settings.replication_factor == 1:
+        wrong.append("KAIROS_REPLICATION_FACTOR is 1")
+    if settings.min_insync_replicas is None:
+        wrong.append("KAIROS_MIN_INSYNC_REPLICAS is unset")
+    if not wrong:
+        return None
+    return (
+        f"KAIROS_ENV=prod refuses to start: {' and '.join(wrong)}, so the topics Kairos "
+        "creates would lose acknowledged events with one broker; set "
+        "KAIROS_REPLICATION_FACTOR=3 and KAIROS_MIN_INSYNC_REPLICAS=2, or "
+        "KAIROS_ALLOW_UNSAFE_TOPICS=true to run anyway"
+    )

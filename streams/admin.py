@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from kairos.settings import Settings
+from kairos.settings import Settings, topic_durability_problem
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +20,10 @@ class KafkaUnavailable(ConnectionError):
 
 class TopicLayoutMismatch(RuntimeError):
     """Existing topics disagree with the settings (e.g. partition counts)."""
+
+
+class UnsafeTopicSettings(TopicLayoutMismatch):
+    """In prod, the settings would create topics that lose acknowledged events."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,14 @@ def faust_topic_specs(settings: Settings) -> list[TopicSpec]:
 
 
 async def admin_client(settings: Settings) -> AIOKafkaAdminClient:
-    """A started admin client, or KafkaUnavailable within the connect timeout."""
+    """A started admin client, or KafkaUnavailable within the connect timeout.
+
+    Every process checks Kafka through here before it starts (the worker and the projector
+    via `ensure_topics`, the API directly), so prod's durability check sits here too.
+    """
+    problem = topic_durability_problem(settings)
+    if problem:
+        raise UnsafeTopicSettings(problem)
     client = AIOKafkaAdminClient(
         **settings.kafka_client_options(),
         request_timeout_ms=int(settings.connect_timeout_seconds * 1000),

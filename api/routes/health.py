@@ -29,7 +29,7 @@ async def healthz() -> HealthPublic:
 )
 async def readyz(runtime: RuntimeDep) -> JSONResponse:
     """Ready when Kafka answers (with the schedule-changes topic) and the read model does."""
-    kafka, database = await asyncio.gather(runtime.publisher.check(), _database(runtime))
+    kafka, database = await runtime.readiness.get(lambda: _readiness(runtime))
     ready = kafka == "ok" and database == "ok"
     problems = [f"{name}: {state}" for name, state in (("kafka", kafka), ("database", database))]
     body = ReadinessPublic(
@@ -42,6 +42,11 @@ async def readyz(runtime: RuntimeDep) -> JSONResponse:
         database=database,
     )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+async def _readiness(runtime: Runtime) -> tuple[str, str]:
+    kafka, database = await asyncio.gather(runtime.publisher.check(), _database(runtime))
+    return kafka, database
 
 
 async def _database(runtime: Runtime) -> str:
@@ -67,13 +72,9 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     for name, value in sorted(runtime.pool.get_stats().items()):
         stat = name.removeprefix("pool_")
         lines += gauge(f"kairos_db_pool_{stat}", f"psycopg pool statistic {name}.", value)
-    lag, backlog, reachable = None, None, 0
-    try:
-        async with runtime.pool.connection(timeout=min(runtime.timeout, 1.0)) as conn:
-            lag, backlog, _ = await queries.get_projection_lag(conn)
-            reachable = 1
-    except Exception:  # noqa: BLE001 - metrics must answer while PostgreSQL is down
-        pass
+    lag, backlog, reachable = await runtime.read_model_figures.get(
+        lambda: _read_model_figures(runtime)
+    )
     lines += gauge("kairos_read_model_up", "1 if the read model answered this scrape.", reachable)
     lines += gauge(
         "kairos_projection_lag_seconds",
@@ -84,3 +85,12 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
         "kairos_projection_backlog_messages", "Messages the projector has yet to apply.", backlog
     )
     return PlainTextResponse("\n".join(lines) + "\n", media_type=CONTENT_TYPE)
+
+
+async def _read_model_figures(runtime: Runtime) -> tuple[float | None, int | None, int]:
+    try:
+        async with runtime.pool.connection(timeout=min(runtime.timeout, 1.0)) as conn:
+            lag, backlog, _ = await queries.get_projection_lag(conn)
+            return lag, backlog, 1
+    except Exception:  # noqa: BLE001 - metrics must answer while PostgreSQL is down
+        return None, None, 0

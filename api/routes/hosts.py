@@ -11,7 +11,15 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from api import queries
-from api.deps import AdminDep, AnalystDep, ClockDep, ConnDep, GuestDep, PublisherDep
+from api.deps import (
+    AdminDep,
+    AnalystDep,
+    AuthenticatedRoute,
+    ClockDep,
+    ConnDep,
+    GuestDep,
+    PublisherDep,
+)
 from api.errors import (
     NOT_FOUND,
     READ_ERRORS,
@@ -33,7 +41,7 @@ from schemas.api import (
 from schemas.base import ComplianceState
 from schemas.events import HostMaintenanceSet, HostScanRequested, ObjectAttributes, ObjectEvent
 
-router = APIRouter(prefix=PREFIX, tags=["hosts"])
+router = APIRouter(prefix=PREFIX, tags=["hosts"], route_class=AuthenticatedRoute)
 
 HOST_OBJECT_TYPE = "host"
 IMPORT_BATCH_SIZE = 500

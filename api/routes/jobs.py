@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api import queries
-from api.deps import AdminDep, ClockDep, ConnDep, GuestDep, PublisherDep
+from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, Forbidden, InvalidInput, error_response
 from api.writes import accepted, stamp, write_answers
 from kairos.recurrence import next_occurrences, schedule_problem
@@ -38,7 +38,7 @@ from schemas.schedules import (
 )
 
 PREFIX = "/api/scheduled-jobs"
-router = APIRouter(prefix=PREFIX, tags=["scheduled-jobs"])
+router = APIRouter(prefix=PREFIX, tags=["scheduled-jobs"], route_class=AuthenticatedRoute)
 
 Name = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")]
 NOT_FOUND = {

@@ -8,14 +8,14 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from api import queries
-from api.deps import AdminDep, ConnDep, GuestDep
+from api.deps import AdminDep, AuthenticatedRoute, ConnDep, GuestDep
 from api.errors import NOT_FOUND, READ_ERRORS, CommandNotFound
 from api.pagination import decode_cursor, split_page
 from api.routes import PREFIX
 from api.routes.hosts import NO_NUL, Cursor
 from schemas.api import CommandDetailPublic, DeadLettersPublic
 
-router = APIRouter(prefix=PREFIX, tags=["operations"])
+router = APIRouter(prefix=PREFIX, tags=["operations"], route_class=AuthenticatedRoute)
 
 
 @router.get(

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 
 from api import queries
-from api.deps import AdminDep, ClockDep, ConnDep, GuestDep, PublisherDep
+from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, InvalidInput
 from api.routes import PREFIX
 from api.writes import EVENT_ID_HEADER, WaitDep, answer, stamp, write_answers
@@ -22,7 +22,7 @@ from schemas.api import (
 from schemas.config import ConfigChanges
 from schemas.events import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 
-router = APIRouter(prefix=PREFIX, tags=["scheduler"])
+router = APIRouter(prefix=PREFIX, tags=["scheduler"], route_class=AuthenticatedRoute)
 
 
 @router.get("/config", response_model=SchedulerConfigPublic, responses=READ_ERRORS)

@@ -161,7 +161,12 @@ async def make_token(settings: Settings) -> str:
     from schemas.api import Role
 
     async with await psycopg.AsyncConnection.connect(settings.database_url) as conn:
-        return await create_token(conn, role=Role.GUEST, name="bench-guest")
+        return await create_token(
+            conn,
+            role=Role.GUEST,
+            name="bench-guest",
+            secret=settings.token_secret.get_secret_value(),
+        )
 
 
 def free_port() -> int:

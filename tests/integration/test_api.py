@@ -70,9 +70,15 @@ async def prepare(settings: Settings) -> dict[Role, str]:
     await migrate(settings.database_url)
     async with await connect(settings.database_url) as conn:
         return {
-            role: await create_token(conn, role=role, name=f"tester-{role.name.lower()}")
+            role: await create_token(
+                conn, role=role, name=f"tester-{role.name.lower()}", secret=secret_of(settings)
+            )
             for role in Role
         }
+
+
+def secret_of(settings: Settings) -> str:
+    return settings.token_secret.get_secret_value()
 
 
 @asynccontextmanager
@@ -443,7 +449,7 @@ async def test_config_before_any_change_is_the_documented_defaults(
     settings = api_settings(bootstrap_servers, postgres_server, broker_kind)
     await migrate(settings.database_url)
     async with await connect(settings.database_url) as conn:
-        token = await create_token(conn, role=Role.GUEST, name="fresh")
+        token = await create_token(conn, role=Role.GUEST, name="fresh", secret=secret_of(settings))
     async with running_api(settings) as client:
         response = await client.get(f"{P}/config", headers=bearer(token))
     assert response.status_code == 200
@@ -850,20 +856,29 @@ async def test_force_scan_of_an_inactive_or_down_host_is_published(stack: Stack)
     assert {v["type"] for v in forced} == {"host.scan_requested"}
 
 
-async def test_revoked_token_is_refused_at_once(stack: Stack) -> None:
-    async with await connect(stack.settings.database_url) as conn:
-        by_token = await create_token(conn, role=Role.SUPER_ADMIN, name="short-lived")
-        by_name = await create_token(conn, role=Role.GUEST, name="contractor")
-        assert (await stack.client.get(f"{P}/status", headers=bearer(by_token))).status_code == 200
-        assert await revoke_token(conn, token=by_token) == 1
-        assert await revoke_token(conn, name="contractor") == 1
-        assert await revoke_token(conn, name="contractor") == 0
-        with pytest.raises(ValueError):
-            await revoke_token(conn)
-    for token in (by_token, by_name):
-        response = await stack.client.get(f"{P}/status", headers=bearer(token))
-        assert response.status_code == 401
-        assert response.json()["detail"] == "the bearer token is unknown or revoked"
+async def test_revoked_token_is_refused_within_the_token_cache_time(stack: Stack) -> None:
+    cache_seconds = 0.5
+    settings = stack.settings.model_copy(update={"api_token_cache_seconds": cache_seconds})
+    secret = secret_of(settings)
+    async with await connect(settings.database_url) as conn:
+        by_token = await create_token(
+            conn, role=Role.SUPER_ADMIN, name="short-lived", secret=secret
+        )
+        by_name = await create_token(conn, role=Role.GUEST, name="contractor", secret=secret)
+    async with running_api(settings, clock=stack.clock) as client:
+        for token in (by_token, by_name):
+            assert (await client.get(f"{P}/status", headers=bearer(token))).status_code == 200
+        async with await connect(settings.database_url) as conn:
+            assert await revoke_token(conn, token=by_token) == 1
+            assert await revoke_token(conn, name="contractor") == 1
+            assert await revoke_token(conn, name="contractor") == 0
+            with pytest.raises(ValueError):
+                await revoke_token(conn)
+        await asyncio.sleep(cache_seconds + 0.1)
+        for token in (by_token, by_name):
+            response = await client.get(f"{P}/status", headers=bearer(token))
+            assert response.status_code == 401
+            assert response.json()["detail"] == "the bearer token is unknown or revoked"
 
 
 # --- health and metrics -------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
+from api.tokens import TOKEN_PREFIX, sign
 from kairos.db import connect
 from schemas.api import Role
 from tests.integration.test_api import (
@@ -90,7 +91,11 @@ async def test_postgres_unreachable_answers_503_fast_and_health_still_answers(
         bootstrap_servers, postgres_server, broker_kind, connect_timeout_seconds=1.0
     )
     settings = settings.model_copy(update={"database_url": _with_port(settings.database_url, port)})
+    # Well signed, so it must be looked up; a made-up token is refused without the database.
+    signed = sign(TOKEN_PREFIX + "never-stored", settings.token_secret.get_secret_value())
     async with running_api(settings) as client:
+        made_up = await client.get(f"{P}/status", headers=bearer("any-token"))
+        assert made_up.status_code == 401
         for method, path, body in [
             ("GET", f"{P}/status", None),
             ("GET", f"{P}/hosts/h-1", None),
@@ -98,7 +103,7 @@ async def test_postgres_unreachable_answers_503_fast_and_health_still_answers(
             ("POST", f"{P}/hosts/h-1/force-scan", None),
         ]:
             took, response = await _timed(
-                client.request(method, path, json=body, headers=bearer("any-token"))
+                client.request(method, path, json=body, headers=bearer(signed))
             )
             assert response.status_code == 503, response.text
             detail = response.json()["detail"]
