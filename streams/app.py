@@ -153,6 +153,7 @@ class KairosWorker:
         app.task(self._follow_control)
         app.task(self._send_issued_commands)
         app.task(Watchdog(app, settings.workdir).run)
+        app.on_rebalance_complete.connect(self._log_dispatcher_ownership)
         if settings.projector_enabled:
             self.projector = Projector(settings, self.clock)
             app.task(self.projector.run)
@@ -490,6 +491,13 @@ class KairosWorker:
                     deadline=command.deadline,
                 )
                 await self.host_signals.send(key=key, value=codec.encode(notice))
+
+    async def _log_dispatcher_ownership(self, sender: Any = None, **kwargs: Any) -> None:
+        """Operators (and the fault tests) read from the log which worker holds the cap."""
+        log.info(
+            "dispatch partition %s by this worker",
+            "owned" if self.owns_dispatcher() else "not owned",
+        )
 
     def owns_dispatcher(self) -> bool:
         actives = self.app.assignor.assigned_actives()

@@ -1,0 +1,99 @@
+"""The worker that owns the dispatch partition freezes (SIGSTOP) past its session timeout.
+
+The other worker takes the partition over and keeps dispatching; the frozen one is resumed
+(SIGCONT) and must notice it lost its partitions instead of dispatching on its old view. The cap
+holds throughout, and no due instance gets a second command id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from kairos.settings import Settings
+from tests.faults.conftest import FaultFigures
+from tests.faults.load import TEN_MINUTES_PER_SECOND, Onboarding, configure, record
+from tests.support.agents import ScannerFleet, always
+from tests.support.kafka import start_producer, wait_until
+from tests.support.stack import WorkerProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("apache_only")]
+
+CAP = 10
+OWNED = "dispatch partition owned by this worker"
+NOT_OWNED = "dispatch partition not owned by this worker"
+SESSION_TIMEOUT_SECONDS = 15.0
+
+
+def last_ownership(worker: WorkerProcess) -> str | None:
+    lines = [line for line in worker.log().splitlines() if "dispatch partition" in line]
+    if not lines:
+        return None
+    return OWNED if OWNED in lines[-1] else NOT_OWNED
+
+
+async def test_frozen_dispatcher_owner_is_replaced_and_the_cap_holds(
+    make_settings, workers, fault_figures: FaultFigures
+) -> None:
+    settings: Settings = make_settings(
+        partitions=4, clock_speed=TEN_MINUTES_PER_SECOND, clock_origin=datetime.now(UTC)
+    )
+    first = workers(settings)
+    producer = await start_producer(settings)
+    try:
+        await configure(producer, settings, cap=CAP)
+        second = workers(settings)
+        pair = (first, second)
+        await wait_until(
+            lambda: sorted(str(last_ownership(w)) for w in pair) == sorted([OWNED, NOT_OWNED]),
+            timeout=60,
+            what="one of the two workers owning the dispatch partition",
+        )
+        owner, other = pair if last_ownership(first) == OWNED else pair[::-1]
+        async with ScannerFleet(settings, score_for=always(0)) as fleet:
+            async with Onboarding(producer, settings, every_seconds=0.3) as onboarding:
+                await asyncio.sleep(6.0)
+                os.killpg(owner.process.pid, signal.SIGSTOP)
+                frozen_at = time.monotonic()
+                try:
+                    await wait_until(
+                        lambda: last_ownership(other) == OWNED,
+                        timeout=SESSION_TIMEOUT_SECONDS + 45,
+                        what="the other worker taking the dispatch partition over",
+                    )
+                    commands_at_takeover = len(fleet.commands)
+                    await wait_until(
+                        lambda: len(fleet.commands) > commands_at_takeover + CAP,
+                        timeout=30,
+                        what="dispatching under the new owner",
+                    )
+                finally:
+                    os.killpg(owner.process.pid, signal.SIGCONT)
+                    frozen_for = time.monotonic() - frozen_at
+                await wait_until(
+                    lambda: last_ownership(owner) == NOT_OWNED,
+                    timeout=60,
+                    what="the resumed worker noticing it lost the dispatch partition",
+                )
+                await asyncio.sleep(5.0)
+            acknowledged = set(onboarding.acknowledged)
+            try:
+                await wait_until(
+                    lambda: acknowledged <= {c["host_id"] for c in fleet.commands},
+                    timeout=60,
+                    what="a command for every acknowledged host",
+                )
+            finally:
+                record(fault_figures, fleet, acknowledged, cap=CAP)
+                fault_figures.extra["frozen for (s)"] = round(frozen_for, 1)
+        assert fault_figures.lost == 0
+        assert fault_figures.second_command_ids == 0
+        assert fleet.max_in_flight <= CAP
+        assert owner.process.poll() is None and other.process.poll() is None
+    finally:
+        await producer.stop()
