@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -51,7 +51,7 @@ from streams.faults import delay_offset_fetches
 from streams.liveness import Watchdog
 from streams.partition_index import HostsByPartition, partition_of
 from streams.policy.config import apply_config_change
-from streams.policy.dispatch import DispatchQueue, command_for
+from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
 from streams.policy.host import Decision, decide, wake_at
 from streams.policy.schedule_commands import origin_of
 from streams.projection.runner import Projector
@@ -66,6 +66,8 @@ INFRASTRUCTURE_ERRORS = (KafkaError, ConnectionError, FaustError)
 """Failures of the broker or the runtime, not of one message; never parked as poison."""
 HOSTS_PER_DUE_SIGNAL = 1000
 """Keeps a HostsDue signal far below Kafka's 1 MiB message limit at any burst size."""
+RELEASED_MARKER_KEPT = timedelta(minutes=30)
+"""Scheduler time a released command's marker is kept: longer than any replay or re-request."""
 DERIVED_RECORD_MAX_BYTES = 900_000
 """Below the producer's 1,000,000-byte request limit, with room for the record's envelope."""
 
@@ -93,6 +95,7 @@ class KairosWorker:
         self._dispatcher_woken_pending = False
         self._outbox: list[ScanCommand] = []
         self._outbox_ready = asyncio.Event()
+        self._released_markers: deque[tuple[datetime, str]] = deque()
         delay_offset_fetches(settings.fault_offset_fetch_delay_seconds)
         self.app = self._build_app()
 
@@ -393,11 +396,12 @@ class KairosWorker:
                 waiting = parsed
         elif isinstance(parsed, SlotReleased):
             queue.release(parsed.command_id, parsed.outcome)
-            table.pop(parsed.command_id, None)
+            self._mark_released(parsed.command_id, now)
         elif isinstance(parsed, DispatcherWoken):
             self._dispatcher_woken_pending = False
+        self._forget_released_before(now - RELEASED_MARKER_KEPT)
         for expired in queue.expire(now):
-            table.pop(expired.command_id, None)
+            self._mark_released(expired.command_id, now)
             self.counters["commands_timed_out"] += 1
             timed_out = CommandTimedOut(
                 host_id=expired.host_id,
@@ -430,13 +434,31 @@ class KairosWorker:
             self._outbox_ready.set()
         self.counters["commands_issued"] += len(issued)
 
+    def _mark_released(self, command_id: str, now: datetime) -> None:
+        """A durable marker: after a failover a late request for this command is still absorbed
+        instead of being issued again and holding a slot until its deadline."""
+        self.dispatcher_table[command_id] = codec.dumps({"released_at": now.isoformat()})
+        self._released_markers.append((now, command_id))
+
+    def _forget_released_before(self, cutoff: datetime) -> None:
+        markers = self._released_markers
+        while markers and (markers[0][0] < cutoff or len(markers) > RECENTLY_RELEASED_KEPT):
+            _, command_id = markers.popleft()
+            stored = self.dispatcher_table.get(command_id)
+            if stored is not None and b'"released_at"' in stored:
+                self.dispatcher_table.pop(command_id, None)
+
     def _rebuild_dispatch_queue(self) -> Any:
         async def rebuild() -> None:
             queue = DispatchQueue()
             resend: list[ScanCommand] = []
+            released: list[tuple[datetime, str]] = []
             for key, stored in list(self.dispatcher_table.items()):
                 try:
                     entry = json.loads(stored)
+                    if "released_at" in entry:
+                        released.append((datetime.fromisoformat(entry["released_at"]), key))
+                        continue
                     request = DispatchRequested.model_validate(entry["request"])
                     if "deadline" not in entry:
                         queue.request(request)
@@ -448,6 +470,10 @@ class KairosWorker:
                     continue
                 queue.restore_in_flight(request, deadline)
                 resend.append(command_for(request, issued_at=issued_at, deadline=deadline))
+            released.sort()
+            for _, command_id in released:
+                queue.restore_released(command_id)
+            self._released_markers = deque(released)
             self.dispatch_queue = queue
             # A slot is durable before its command is sent, so a kill -9 in between leaves
             # commands that never went out. Send every in-flight one again with its own id:
@@ -457,9 +483,10 @@ class KairosWorker:
                 self._outbox_ready.set()
             self.counters["commands_resent_after_recovery"] += len(resend)
             log.info(
-                "dispatch queue rebuilt: %d waiting, %d in flight (sent again)",
+                "dispatch queue rebuilt: %d waiting, %d in flight (sent again), %d released",
                 queue.waiting_count,
                 queue.in_flight_count,
+                len(released),
             )
 
         return rebuild()

@@ -95,6 +95,11 @@ class DispatchQueue:
         self._in_flight[request.command_id] = (request, deadline)
         heapq.heappush(self._deadlines, (deadline, request.command_id))
 
+    def restore_released(self, command_id: str) -> None:
+        """Recovery: a command released before the queue's owner changed; a late request for
+        it is absorbed, as it would have been by the previous owner."""
+        self._remember_released(command_id)
+
     def release(self, command_id: str, outcome: ReleaseOutcome) -> bool:
         """Free the slot of `command_id` (or drop it if still waiting); False if unknown."""
         known = self._in_flight.pop(command_id, None) is not None

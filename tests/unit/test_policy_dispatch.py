@@ -113,6 +113,14 @@ def test_request_for_a_released_command_is_absorbed() -> None:
     assert issued_ids(queue, now=NOW + MINUTE) == []
 
 
+def test_request_for_a_command_released_before_a_failover_is_absorbed() -> None:
+    queue = DispatchQueue()  # The new owner's queue, rebuilt from the dispatcher table.
+    queue.restore_released("cmd-1")
+
+    assert queue.request(dispatch_request("cmd-1")) is False
+    assert issued_ids(queue) == []
+
+
 def test_higher_priority_request_moves_a_waiting_command_forward() -> None:
     queue = DispatchQueue()
     queue.request(dispatch_request("scheduled", priority=3, due_at=NOW - timedelta(hours=1)))
