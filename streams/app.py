@@ -54,6 +54,7 @@ from streams.policy.config import apply_config_change
 from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
 from streams.policy.host import Decision, decide, wake_at
 from streams.policy.schedule_commands import origin_of
+from streams.producer import make_idempotent
 from streams.projection.runner import Projector
 from streams.recovery import OrderedTableManager
 from streams.schedule_stage import ScheduleStage, is_schedule_message
@@ -122,6 +123,8 @@ class KairosWorker:
             TableManager=OrderedTableManager,
             **self._faust_security(),
         )
+        if settings.kafka_idempotence:
+            make_idempotent(app)
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         names = self.names
         self.host_inputs = app.topic(
