@@ -46,7 +46,10 @@ def fault_figures(request: pytest.FixtureRequest) -> Iterator[FaultFigures]:
 @pytest.fixture
 def apache_only(broker_kind: str) -> None:
     if broker_kind == "tansu":
-        pytest.skip("fault tests kill and restart Apache Kafka processes; tansu keeps no data")
+        pytest.skip(
+            "fault tests are proved on Apache Kafka, the broker production runs; tansu is the"
+            " memory-only dev fallback and keeps no data across a broker restart"
+        )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
