@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from kairos.prometheus import number, render_labels
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -20,22 +22,6 @@ UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 OTHER_METHOD = "OTHER"
 """Method label of every method not in METHODS (`FOO`, `PROPFIND`, ...), for the same reason."""
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(pairs: Iterable[tuple[str, str]]) -> str:
-    inner = ",".join(f'{name}="{_escape(value)}"' for name, value in pairs)
-    return f"{{{inner}}}" if inner else ""
-
-
-def _number(value: float) -> str:
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
-
 
 class RequestMetrics:
     """Counters and a latency histogram keyed by (method, route template, status)."""
@@ -63,7 +49,7 @@ class RequestMetrics:
             "# TYPE kairos_api_requests_total counter",
         ]
         for (method, route, status), value in sorted(self.requests.items()):
-            labels = _labels([("method", method), ("route", route), ("status", status)])
+            labels = render_labels([("method", method), ("route", route), ("status", status)])
             out.append(f"kairos_api_requests_total{labels} {value}")
         out += [
             "# HELP kairos_api_request_duration_seconds Time to answer, by method and route.",
@@ -72,23 +58,23 @@ class RequestMetrics:
         for (method, route), counts in sorted(self.buckets.items()):
             base = [("method", method), ("route", route)]
             for bound, value in zip(BUCKETS, counts, strict=True):
-                labels = _labels([*base, ("le", _number(bound))])
+                labels = render_labels([*base, ("le", number(bound))])
                 out.append(f"kairos_api_request_duration_seconds_bucket{labels} {value}")
             total = self.counts[(method, route)]
-            inf = _labels([*base, ("le", "+Inf")])
+            inf = render_labels([*base, ("le", "+Inf")])
             out.append(f"kairos_api_request_duration_seconds_bucket{inf} {total}")
             out.append(
-                f"kairos_api_request_duration_seconds_sum{_labels(base)} "
-                f"{_number(self.sums[(method, route)])}"
+                f"kairos_api_request_duration_seconds_sum{render_labels(base)} "
+                f"{number(self.sums[(method, route)])}"
             )
-            out.append(f"kairos_api_request_duration_seconds_count{_labels(base)} {total}")
+            out.append(f"kairos_api_request_duration_seconds_count{render_labels(base)} {total}")
         return out
 
 
 def gauge(name: str, help_text: str, value: float | None) -> list[str]:
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
     if value is not None:
-        lines.append(f"{name} {_number(value)}")
+        lines.append(f"{name} {number(value)}")
     return lines
 
 

@@ -181,6 +181,19 @@ async def _project_until_signalled(projector: Projector, settings: Settings) -> 
         loop.add_signal_handler(stop_signal, stop_requested.set)
     projecting = asyncio.create_task(projector.run(), name="projector")
     stopping = asyncio.create_task(stop_requested.wait(), name="stop-requested")
+    metrics_runner = None
+    if settings.metrics_port:
+        from kairos.prometheus import Registry
+        from streams.metrics import serve
+
+        registry = Registry()
+        projector.register_metrics(registry)
+        metrics_runner = await serve(
+            registry,
+            lambda: not projecting.done(),
+            host=settings.metrics_host,
+            port=settings.metrics_port,
+        )
     group = f"{settings.topic_prefix}{settings.app_id}-projector"
     log.info("%s: consumer group %s", PROJECTOR_STARTED_LINE, group)
     await asyncio.wait({projecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -190,6 +203,9 @@ async def _project_until_signalled(projector: Projector, settings: Settings) -> 
         await projecting
     except asyncio.CancelledError:
         pass
+    finally:
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
 
 
 @app.command()

@@ -112,6 +112,15 @@ class Settings(BaseSettings):
         le=60,
         description="Fault injection for tests: hold commands after their slots are durable.",
     )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="Bind address of the worker's /metrics and /healthz."
+    )
+    metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of the worker's (or projector's) /metrics and /healthz; 0 serves none.",
+    )
     workdir: Path = Field(default=Path(".kairos/worker"), description="Worker's local data.")
     api_host: str = Field(default="127.0.0.1", description="API bind address.")
     api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")

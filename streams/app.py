@@ -49,6 +49,7 @@ from streams.codec import Undecodable
 from streams.due_index import DueIndex
 from streams.faults import delay_offset_fetches
 from streams.liveness import Watchdog
+from streams.metrics import WorkerMetrics, consumer_lag, serve
 from streams.partition_index import HostsByPartition, partition_of
 from streams.policy.config import apply_config_change
 from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
@@ -97,6 +98,7 @@ class KairosWorker:
         self._outbox: list[ScanCommand] = []
         self._outbox_ready = asyncio.Event()
         self._released_markers: deque[tuple[datetime, str]] = deque()
+        self.metrics = WorkerMetrics()
         delay_offset_fetches(settings.fault_offset_fetch_delay_seconds)
         self.app = self._build_app()
 
@@ -158,12 +160,70 @@ class KairosWorker:
         app.timer(settings.tick_seconds, name="due-tick")(self._tick)
         app.task(self._follow_control)
         app.task(self._send_issued_commands)
-        app.task(Watchdog(app, settings.workdir).run)
+        self.watchdog = Watchdog(app, settings.workdir)
+        app.task(self.watchdog.run)
+        if settings.metrics_port:
+            app.task(self._serve_metrics)
         app.on_rebalance_complete.connect(self._log_dispatcher_ownership)
         if settings.projector_enabled:
             self.projector = Projector(settings, self.clock)
             app.task(self.projector.run)
         return app
+
+    async def _serve_metrics(self) -> None:
+        metrics = self.metrics
+        queue = lambda: self.dispatch_queue  # noqa: E731 - the queue is replaced on recovery.
+        owned = self.owns_dispatcher
+        metrics.gauge(
+            "kairos_in_flight",
+            "Commands in flight (on the worker that owns the dispatch partition; 0 elsewhere).",
+            lambda: queue().in_flight_count if owned() else 0,
+        )
+        metrics.gauge(
+            "kairos_in_flight_cap",
+            "max_concurrent_scans.",
+            lambda: self.config.max_concurrent_scans,
+        )
+        metrics.gauge(
+            "kairos_waiting_commands",
+            "Claimed commands waiting for a slot (dispatch partition owner only).",
+            lambda: queue().waiting_count if owned() else 0,
+        )
+        metrics.gauge(
+            "kairos_dispatcher_owned", "1 on the worker that holds the cap.", lambda: owned()
+        )
+        metrics.gauge(
+            "kairos_due_backlog",
+            "Hosts of this worker whose wake-up time has passed and that are not yet claimed.",
+            lambda: self.due_index.due_count(self.clock.now()),
+        )
+        metrics.gauge("kairos_hosts", "Hosts in this worker's partitions.", lambda: len(self.hosts))
+        metrics.gauge(
+            "kairos_unreadable_state_records_total",
+            "State records skipped at recovery because they could not be read.",
+            lambda: self.counters["unreadable_state_records"],
+        )
+        metrics.labelled_gauge(
+            "kairos_consumer_lag",
+            "Records not yet read, per assigned input partition.",
+            ("topic", "partition"),
+            lambda: consumer_lag(self.app),
+        )
+        if self.settings.projector_enabled:
+            self.projector.register_metrics(metrics.registry)
+        recovery = self.app.tables.recovery
+        metrics.recovery_seconds.read = lambda: {(): recovery.last_duration_seconds}
+        settings = self.settings
+        runner = await serve(
+            metrics.registry,
+            self.watchdog.healthy,
+            host=settings.metrics_host,
+            port=settings.metrics_port,
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
 
     def _faust_security(self) -> dict[str, Any]:
         settings = self.settings
@@ -229,6 +289,8 @@ class KairosWorker:
         schedule = HostSchedule.model_validate_json(stored) if stored else None
         decision = decide(schedule, parsed, now=self.clock.now(), config=self.config)
         await self._apply(host_id, schedule, decision)
+        if isinstance(parsed, ScanCompleted) and not decision.ignored:
+            self.metrics.results_applied.inc()
         if isinstance(parsed, ObjectEvent):
             await self.schedule_stage.route_object_event(parsed)
 
@@ -406,6 +468,7 @@ class KairosWorker:
         for expired in queue.expire(now):
             self._mark_released(expired.command_id, now)
             self.counters["commands_timed_out"] += 1
+            self.metrics.timeouts.inc()
             timed_out = CommandTimedOut(
                 host_id=expired.host_id,
                 command_id=expired.command_id,
@@ -425,6 +488,9 @@ class KairosWorker:
             table[waiting.command_id] = codec.dumps({"request": waiting.model_dump(mode="json")})
         for item in issued:
             command = item.command
+            self.metrics.issued(
+                reason=command.reason.value, due_at=command.due_at, issued_at=command.issued_at
+            )
             table[command.command_id] = codec.dumps(
                 {
                     "request": item.request.model_dump(mode="json"),
@@ -633,6 +699,7 @@ class KairosWorker:
         reason: str,
     ) -> None:
         self.counters["dead_letters"] += 1
+        self.metrics.dead_letters.inc(1, topic)
         letter = codec.dead_letter(
             source_topic=topic,
             partition=partition,

@@ -37,6 +37,10 @@ class DueIndex:
             due.append((host_id, wake_at))
         return due
 
+    def due_count(self, now: datetime) -> int:
+        """Hosts whose wake-up time is at or before `now` (O(hosts): for scrapes, not ticks)."""
+        return sum(1 for wake_at in self._wake_at.values() if wake_at <= now)
+
     def next_wake(self) -> datetime | None:
         while self._heap and self._wake_at.get(self._heap[0][1]) != self._heap[0][0]:
             heapq.heappop(self._heap)

@@ -60,6 +60,12 @@ class Watchdog:
             self._beat()
             await asyncio.sleep(self.interval_seconds)
 
+    def healthy(self, *, max_age_seconds: float = 5.0) -> bool:
+        """No part of the runtime has crashed, and the loop beat recently."""
+        age = heartbeat_age(self.heartbeat.parent)
+        fresh = age is not None and age <= max_age_seconds
+        return fresh and next(self._crashed_services(), None) is None
+
     def _crashed_services(self) -> Iterator[tuple[str, BaseException | None]]:
         app = self.app
         parts: list[tuple[str, Any]] = [

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from time import monotonic
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 class OrderedRecovery(Recovery):
     """Recovery whose hand-over stops the flow, seeks every input partition, then resumes."""
+
+    last_duration_seconds: float = 0.0
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         app: Any = self.app
@@ -66,6 +69,8 @@ class OrderedRecovery(Recovery):
             await self._wait(
                 self._seek_inputs(consumer, inputs), timeout=app.conf.broker_request_timeout
             )
+        if self._recovery_started_at is not None:
+            self.last_duration_seconds = monotonic() - self._recovery_started_at
         self.completed.set()
         app.flow_control.resume()  # Clears the queues: what they held is re-read after the seek.
         consumer.resume_flow()

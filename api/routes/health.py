@@ -9,8 +9,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from api import queries
 from api.deps import Runtime, RuntimeDep, reject_unknown_query
-from api.metrics import CONTENT_TYPE, RequestMetrics, gauge
+from api.metrics import RequestMetrics, gauge
 from kairos.db import DatabaseUnavailable, redact
+from kairos.prometheus import CONTENT_TYPE
 from schemas.api import HealthPublic, ReadinessPublic
 
 router = APIRouter(tags=["health"], dependencies=[Depends(reject_unknown_query)])

@@ -18,6 +18,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from kairos.clock import Clock
 from kairos.db import DatabaseUnavailable, connect, redact
+from kairos.prometheus import CounterReading, Registry
 from kairos.settings import Settings
 from schemas.base import Contract
 from schemas.internal import CommandTimedOut, ConfigPublished
@@ -56,6 +57,22 @@ class Projector:
         }
         self.applied = 0
         self.skipped = 0
+
+    def register_metrics(self, registry: Registry) -> None:
+        registry.add(
+            CounterReading(
+                "kairos_projector_changes_applied_total",
+                "Changes written to the read model.",
+                read=lambda: {(): self.applied},
+            )
+        )
+        registry.add(
+            CounterReading(
+                "kairos_projector_changes_skipped_total",
+                "Changes older than the read model's version (replays), skipped.",
+                read=lambda: {(): self.skipped},
+            )
+        )
 
     async def run(self) -> None:
         settings = self.settings

@@ -47,11 +47,17 @@ async def test_hosts_created_while_no_worker_ran_are_all_scanned_once_one_starts
             def scanned() -> set[str]:
                 return {command["host_id"] for command in fleet.commands}
 
-            await wait_until(
-                lambda: scanned() >= set(hosts),
-                timeout=60,
-                what=f"a first scan of each of the {WAITING_HOSTS} waiting hosts",
-            )
+            try:
+                await wait_until(
+                    lambda: scanned() >= set(hosts),
+                    timeout=90,
+                    what=f"a first scan of each of the {WAITING_HOSTS} waiting hosts",
+                )
+            except AssertionError as error:
+                missing = sorted(set(hosts) - scanned())
+                raise AssertionError(
+                    f"{error}: {len(missing)} never scanned, e.g. {missing[:5]}"
+                ) from None
         first_ids = {
             (command["host_id"], command["command_id"])
             for command in fleet.commands

@@ -110,6 +110,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
             "KAIROS_FAULT_COMMAND_SEND_DELAY_SECONDS": str(
                 settings.fault_command_send_delay_seconds
             ),
+            "KAIROS_METRICS_PORT": str(settings.metrics_port),
             "PYTHONUNBUFFERED": "1",
             **(
                 {"KAIROS_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas)}
