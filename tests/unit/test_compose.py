@@ -32,9 +32,14 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 
 KAFKA_SERVICES = ("kafka-1", "kafka-2", "kafka-3")
 KAIROS_SERVICES = ("worker", "projector", "api")
-HEALTHCHECKED_SERVICES = (*KAFKA_SERVICES, "postgres", "api", "worker")
+MONITORING_SERVICES = ("prometheus", "grafana")
+HEALTHCHECKED_SERVICES = (*KAFKA_SERVICES, "postgres", "api", "worker", *MONITORING_SERVICES)
 # Values the operator must supply; stand-ins used to resolve the file as compose would.
-OPERATOR_ENV = {"POSTGRES_PASSWORD": "pg-test-password", "KAIROS_TOKEN_SECRET": "token-test-secret"}
+OPERATOR_ENV = {
+    "POSTGRES_PASSWORD": "pg-test-password",
+    "KAIROS_TOKEN_SECRET": "token-test-secret",
+    "GRAFANA_ADMIN_PASSWORD": "grafana-test-password",
+}
 
 
 # --- compose-style variable interpolation --------------------------------------------------
@@ -190,7 +195,12 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[Mapping[str, str]
 
 # --- services ------------------------------------------------------------------------------
 def test_expected_services_exist(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {*KAFKA_SERVICES, "postgres", *KAIROS_SERVICES}
+    assert set(compose["services"]) == {
+        *KAFKA_SERVICES,
+        "postgres",
+        *KAIROS_SERVICES,
+        *MONITORING_SERVICES,
+    }
 
 
 def test_kairos_services_share_the_x_kairos_env_anchor(compose: dict[str, Any]) -> None:
@@ -594,3 +604,40 @@ def test_dockerignore_keeps_what_pip_install_needs_and_drops_the_rest() -> None:
         "docker-compose.yml",
     ):
         assert dockerignore_excludes(unwanted, patterns), unwanted
+
+
+# --- monitoring --------------------------------------------------------------------------
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def test_prometheus_scrapes_each_kairos_process_on_the_port_it_serves(
+    compose: dict[str, Any],
+) -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    for name in ("worker", "projector"):
+        port = int(environment(compose["services"][name])["KAIROS_METRICS_PORT"])
+        assert environment(compose["services"][name])["KAIROS_METRICS_HOST"] == "0.0.0.0"
+        job = jobs[f"kairos-{name}"]
+        targets = [
+            *(f"{n}:{sd['port']}" for sd in job.get("dns_sd_configs", []) for n in sd["names"]),
+            *(t for sc in job.get("static_configs", []) for t in sc["targets"]),
+        ]
+        assert targets == [f"{name}:{port}"]
+    api = compose["services"]["api"]
+    api_port = api["command"][api["command"].index("--port") + 1]
+    assert jobs["kairos-api"]["static_configs"][0]["targets"] == [f"api:{api_port}"]
+    mounted = compose["services"]["prometheus"]["volumes"][0].split(":")[0]
+    assert mounted == "./deploy/prometheus.yml"
+
+
+def test_grafana_dashboard_only_plots_metrics_kairos_exports() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "kairos.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {
+        re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"kairos_\w+", e)
+    }
+    root = Path(__file__).resolve().parents[2]
+    source = "".join(p.read_text() for d in ("streams", "api") for p in (root / d).rglob("*.py"))
+    missing = sorted(name for name in used if f'"{name}' not in source)
+    assert used and not missing, f"dashboard plots metrics nobody exports: {missing}"
