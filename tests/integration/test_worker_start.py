@@ -26,7 +26,11 @@ async def test_hosts_created_while_no_worker_ran_are_all_scanned_once_one_starts
     settings: Settings, workers, broker_kind: str, offset_fetch_delay: float
 ) -> None:
     if broker_kind == "tansu":
-        pytest.skip("a restarted worker takes ~30 s to rejoin its group on tansu")
+        pytest.skip(
+            "tansu (the dev fallback): a worker restarted into the same group gets its partitions"
+            " but reads none of the waiting records, with Faust's recovery order and with Kairos'"
+            " alike; a known issue in the README, proved here on Apache Kafka"
+        )
     names = settings.topics
     producer = await start_producer(settings)
     first = workers(settings)
