@@ -10,26 +10,29 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from api import queries
-from api.deps import AnalystDep, ClockDep, ConnDep, GuestDep, PublisherDep
+from api.deps import AdminDep, AnalystDep, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import (
     CONFLICT,
     NOT_FOUND,
     READ_ERRORS,
+    HostExists,
     HostNotFound,
     HostNotScannable,
+    error_answer,
 )
 from api.pagination import decode_cursor, split_page
 from api.routes import PREFIX
 from api.writes import WaitDep, answer, stamp, write_answers
 from schemas.api import (
     Accepted,
+    HostCreate,
     HostDetailPublic,
     HostHistoryPublic,
     HostsPublic,
     MaintenanceUpdate,
 )
 from schemas.base import ComplianceState, HostStatus
-from schemas.events import HostMaintenanceSet, HostScanRequested
+from schemas.events import HostMaintenanceSet, HostScanRequested, ObjectAttributes, ObjectEvent
 
 router = APIRouter(prefix=PREFIX, tags=["hosts"])
 
@@ -89,6 +92,41 @@ async def list_hosts(
     )
     hosts, next_cursor = split_page(rows, limit, queries.host_key)
     return HostsPublic(data=hosts, count=count, next_cursor=next_cursor)
+
+
+@router.post(
+    "/hosts",
+    status_code=202,
+    response_model=Accepted,
+    responses={**write_answers(HostDetailPublic), 409: error_answer("The host exists already.")},
+)
+async def create_host(
+    body: HostCreate,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    wait: WaitDep,
+) -> JSONResponse:
+    """Add a host to the fleet: published as `object-created` (type `host`); scanned at once."""
+    if await queries.get_host(conn, host_id=body.host_id) is not None:
+        raise HostExists(f"host {body.host_id!r} exists already")
+    attributes = ObjectAttributes(**body.model_dump(exclude={"host_id"}))
+    stamped = stamp(caller, clock)
+    event = ObjectEvent(
+        event_id=stamped["event_id"],
+        occurred_at=stamped["occurred_at"],
+        object_type="host",
+        object_id=body.host_id,
+        attributes=attributes,
+    )
+    receipt = await publisher.publish_object(event)
+    return await answer(
+        receipt,
+        wait=wait,
+        read=lambda: queries.get_host(conn, host_id=body.host_id),
+        shows_change=lambda host: True,
+    )
 
 
 @router.get(
