@@ -214,7 +214,7 @@ def api(
 
 
 class _StopRequested(Exception):
-    """SIGTERM or SIGHUP reached `kairos dev`: stop every child, as Ctrl-C does."""
+    """SIGINT, SIGTERM or SIGHUP reached `kairos dev`: stop every child."""
 
 
 def _raise_stop(signum: int, frame: object) -> None:
@@ -246,7 +246,9 @@ def dev(
         lock.acquire()
     except devenv.AlreadyRunning as error:
         raise _fail(str(error)) from None
-    for stop_signal in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT too: a shell starts background jobs with SIGINT ignored, so `kill -INT` would
+    # otherwise do nothing to a `kairos dev &`.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop_signal, _raise_stop)
     stack = devstack.DevStack(home=home)
     started = time.monotonic()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -301,7 +302,7 @@ def test_a_second_dev_in_the_same_folder_says_where_the_first_runs(dev: DevRun) 
     assert dev.process.poll() is None, "the first one keeps running"
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGTERM])
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stop_signal_stops_every_child(tmp_path: Path, stop_signal: signal.Signals) -> None:
     run = start_dev(tmp_path / "stopped")
     try:
@@ -328,6 +329,38 @@ def test_a_database_that_dies_is_reported_and_dev_stops(tmp_path: Path) -> None:
         assert run.survivors([*children.values()]) == []
     finally:
         run.stop()
+
+
+def test_a_restart_keeps_ports_and_token_and_a_new_event_store_clears_the_read_model(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "restarted"
+    first = start_dev(folder)
+    try:
+        first.wait_ready()
+        before = read_env(folder)
+        assert first.kairos("hosts", "add", "old-host").code == 0
+    finally:
+        first.stop()
+    assert first.process.returncode == 0
+    shutil.rmtree(folder / ".kairos" / "kafka")  # another event store: a new, empty cluster
+    second = start_dev(folder)
+    try:
+        second.wait_ready()
+        after = read_env(folder)
+        assert after["DATABASE_URL"] == before["DATABASE_URL"], "PostgreSQL keeps its port"
+        assert after["KAIROS_TOKEN"] == before["KAIROS_TOKEN"], "exported tokens keep working"
+        assert "cleared" in second.text()
+        listed = json.loads(second.kairos("hosts", "list", "--json").stdout)
+        assert listed["count"] == 0, "no host of the old event store is shown"
+    finally:
+        second.stop()
+
+
+def read_env(folder: Path) -> dict[str, str]:
+    from kairos.devenv import read_env_file
+
+    return read_env_file(folder / ".kairos" / "dev.env")
 
 
 async def test_the_read_model_is_cleared_when_its_event_store_changes(
