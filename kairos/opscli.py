@@ -349,8 +349,20 @@ def hosts_show(
         return
     fields(host)
     if entries:
-        _out("history:")
-        _print_json(entries["data"])
+        _out("history (newest first):")
+        rows = [
+            {
+                **entry,
+                "at": entry.get("completed_at") or entry.get("issued_at"),
+                "what": entry.get("status") or entry.get("outcome") or "in flight",
+            }
+            for entry in entries["data"]
+        ]
+        table(
+            rows,
+            [("AT", "at"), ("KIND", "kind"), ("SCANNER", "scanner"), ("RESULT", "what"),
+             ("SCORE", "score"), ("REASON", "reason"), ("COMMAND", "command_id")],
+        )  # fmt: skip
 
 
 @hosts_app.command("force-scan")

@@ -283,6 +283,9 @@ def test_hosts_import_maintenance_config_and_dead_letters_go_through_the_api(
     shown = json.loads(dev.kairos("hosts", "show", "imp-a", "--json").stdout)
     assert shown["maintenance_mode"] is True and shown["labels"] == {"env": "prod", "team": "x"}
     assert dev.kairos("hosts", "force-scan", "imp-a").code == 0
+    history = dev.kairos("hosts", "show", "imp-a", "--history")
+    assert history.code == 0, history.stderr
+    assert re.search(r"^\S+\s+command\s+compliance\s", history.stdout, re.MULTILINE)
 
     changed = dev.kairos("config", "set", "retry_delay_seconds=120")
     assert changed.code == 0, changed.stderr
