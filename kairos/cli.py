@@ -292,10 +292,20 @@ def dev(
         }
         dev_env = devenv.write_dev_env(home, values)
         stage("starting the worker and the API...")
-        devstack.spawn(stack, "worker", ["worker", "--workdir", str(home / "worker")], env)
+        worker_log = devstack.spawn(
+            stack, "worker", ["worker", "--workdir", str(home / "worker")], env
+        )
         devstack.spawn(stack, "api", ["api", "--host", "127.0.0.1", "--port", str(api_port)], env)
         if not devstack.wait_http_ok(f"{url}/healthz", timeout=60):
             raise _fail(f"the API did not come up; see {home / 'api.log'}")
+        stage("API up; waiting for the worker to join its group and recover its tables...")
+        if (
+            not devstack.wait_for_log_line(
+                stack, "worker", devstack.WORKER_READY_LINE, start=worker_log, timeout=120
+            )
+            and stack.first_dead() is None
+        ):
+            stage(f"the worker is not ready after 120 s; carrying on (see {home / 'worker.log'})")
         lock.describe(
             {
                 "pid": os.getpid(),

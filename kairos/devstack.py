@@ -145,8 +145,14 @@ def start_database(stack: DevStack, *, clean: bool) -> str:
     return server.dsn_for(DEV_DATABASE)
 
 
-def spawn(stack: DevStack, name: str, args: list[str], env: dict[str, str]) -> None:
+WORKER_READY_LINE = b"Worker ready"
+"""What Faust logs once the worker has joined its group and recovered its tables."""
+
+
+def spawn(stack: DevStack, name: str, args: list[str], env: dict[str, str]) -> int:
+    """Start `kairos ARGS` logging to HOME/NAME.log; return where this run's log starts."""
     log_path = stack.home / f"{name}.log"
+    start = log_path.stat().st_size if log_path.exists() else 0
     process = subprocess.Popen(
         [sys.executable, "-m", "kairos.cli", *args],
         env=env,
@@ -155,6 +161,23 @@ def spawn(stack: DevStack, name: str, args: list[str], env: dict[str, str]) -> N
         start_new_session=True,
     )
     stack.processes.append((name, process))
+    return start
+
+
+def wait_for_log_line(
+    stack: DevStack, name: str, line: bytes, *, start: int, timeout: float
+) -> bool:
+    """True once HOME/NAME.log shows `line` after byte `start`; False on timeout or if a
+    child died meanwhile (the caller's watch loop then reports which)."""
+    log_path = stack.home / f"{name}.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and stack.first_dead() is None:
+        with log_path.open("rb") as log:
+            log.seek(start)
+            if line in log.read():
+                return True
+        time.sleep(0.3)
+    return False
 
 
 def wait_http_ok(url: str, timeout: float) -> bool:
