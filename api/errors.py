@@ -38,6 +38,10 @@ class HostNotFound(LookupError):
     pass
 
 
+class HostExists(RuntimeError):
+    """A host with this id is in the read model already."""
+
+
 class CommandNotFound(LookupError):
     pass
 
@@ -57,6 +61,7 @@ ERROR_STATUS: dict[type[Exception], int] = {
     Forbidden: 403,
     HostNotFound: 404,
     CommandNotFound: 404,
+    HostExists: 409,
     InvalidInput: 422,
     DatabaseUnavailable: 503,
     KafkaUnavailable: 503,
@@ -166,6 +171,11 @@ def install(app: FastAPI) -> None:
 
 def _error(description: str) -> dict[str, Any]:
     return {"model": ErrorPublic, "description": description}
+
+
+def error_answer(description: str) -> dict[str, Any]:
+    """An OpenAPI answer in the one error shape, for a route's `responses`."""
+    return _error(description)
 
 
 READ_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -79,21 +79,27 @@ class Publisher:
 
     async def publish(self, change: ScheduleChange) -> Accepted:
         """Send `change` and wait for the broker's acknowledgement, or KafkaUnavailable."""
-        producer = await self._ready()
         topic = self._settings.topics.schedule_changes
+        await self._send(topic, change.model_dump_json().encode(), key_of(change))
+        return Accepted(event_id=change.event_id)
+
+    async def publish_object(self, event: ObjectEvent) -> Accepted:
+        """Send an inventory event on `object-created`, keyed by its object id."""
+        topic = self._settings.topics.object_created
+        await self._send(topic, event.model_dump_json().encode(), event.object_id)
+        return Accepted(event_id=event.event_id)
+
+    async def _send(self, topic: str, value: bytes, key: str) -> None:
+        producer = await self._ready()
         try:
             await asyncio.wait_for(
-                producer.send_and_wait(
-                    topic, change.model_dump_json().encode(), key=key_of(change).encode()
-                ),
-                self._timeout,
+                producer.send_and_wait(topic, value, key=key.encode()), self._timeout
             )
         except (TimeoutError, KafkaError, OSError) as error:
             raise KafkaUnavailable(
                 f"{self._where} did not acknowledge the change on {topic} within "
                 f"{self._timeout:g}s ({_described(error)}); it may not have been published"
             ) from None
-        return Accepted(event_id=change.event_id)
 
     async def publish_objects(self, events: Sequence[ObjectEvent], *, batch_size: int) -> int:
         """Send `events` on `object-created` (key = object id), `batch_size` at a time.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -13,9 +14,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kairos import eventscli, opscli
 from kairos.settings import Settings
 
 if TYPE_CHECKING:
+    from aiokafka.admin import AIOKafkaAdminClient
+
     from streams.projection.runner import Projector
 
 app = typer.Typer(
@@ -24,12 +28,7 @@ app = typer.Typer(
 db_app = typer.Typer(help="Read-model database.", no_args_is_help=True)
 token_app = typer.Typer(help="API bearer tokens.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-schedules_app = typer.Typer(
-    help="Generic schedules (cron, interval, RRULE, triggers). A schedule's name is its id.",
-    no_args_is_help=True,
-)
 app.add_typer(token_app, name="token")
-app.add_typer(schedules_app, name="schedules")
 
 log = logging.getLogger("kairos")
 
@@ -65,21 +64,31 @@ def _logging() -> None:
     )
 
 
-def prepare_dependencies(settings: Settings, *, topics: bool) -> None:
-    """Check Kafka and PostgreSQL, create topics, apply migrations; exit clearly on failure."""
-    from kairos.db import DatabaseUnavailable, migrate
+def prepare_dependencies(settings: Settings, *, topics: bool) -> bool:
+    """Check Kafka and PostgreSQL, create topics, apply migrations; exit clearly on failure.
+
+    Also records which Kafka cluster the read model projects; True if the read model had
+    been built from another one and was cleared to be rebuilt.
+    """
+    from kairos.db import DatabaseUnavailable, bind_event_store, migrate
     from streams.admin import KafkaUnavailable, TopicLayoutMismatch, admin_client, ensure_topics
 
-    async def prepare() -> None:
+    async def prepare() -> bool:
         if topics:
             await ensure_topics(settings)
-        else:
-            client = await admin_client(settings)
-            await client.close()
+        cluster_id = await _kafka_cluster_id(await admin_client(settings))
         await migrate(settings.database_url, timeout=settings.connect_timeout_seconds)
+        if cluster_id is None:
+            return False
+        return await bind_event_store(
+            settings.database_url,
+            cluster_id=cluster_id,
+            bootstrap_servers=settings.kafka_bootstrap_servers,
+            timeout=settings.connect_timeout_seconds,
+        )
 
     try:
-        asyncio.run(asyncio.wait_for(prepare(), settings.connect_timeout_seconds * 3))
+        return asyncio.run(asyncio.wait_for(prepare(), settings.connect_timeout_seconds * 3))
     except (KafkaUnavailable, DatabaseUnavailable, TopicLayoutMismatch) as error:
         raise _fail(str(error)) from None
     except TimeoutError:
@@ -87,6 +96,21 @@ def prepare_dependencies(settings: Settings, *, topics: bool) -> None:
             f"gave up reaching Kafka at {settings.kafka_bootstrap_servers} or PostgreSQL "
             "within the connect timeout"
         ) from None
+
+
+async def _kafka_cluster_id(client: AIOKafkaAdminClient) -> str | None:
+    """The cluster id the broker reports (None if it reports none), closing `client`."""
+    from aiokafka.errors import KafkaError
+
+    try:
+        described = await client.describe_cluster()
+    except (KafkaError, TimeoutError, OSError) as error:
+        log.warning("Kafka did not describe its cluster (%s); read model not bound", error)
+        return None
+    finally:
+        await client.close()
+    cluster_id = described.get("cluster_id")
+    return str(cluster_id) if cluster_id else None
 
 
 @app.command()
@@ -224,64 +248,149 @@ def api(
     uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port)
 
 
+class _StopRequested(Exception):
+    """SIGINT, SIGTERM or SIGHUP reached `kairos dev`: stop every child."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _StopRequested(signal.Signals(signum).name)
+
+
 @app.command()
 def dev(
     broker: Annotated[BrokerChoice, typer.Option(help="Which broker to run.")] = BrokerChoice.AUTO,
     reset: Annotated[bool, typer.Option(help="Wipe the local event store and read model.")] = False,
-    port: Annotated[int, typer.Option(help="API port.")] = 8000,
+    port: Annotated[
+        int | None,
+        typer.Option(help="API port (default: the last one used here if free, else 8000)."),
+    ] = None,
     home: Annotated[Path, typer.Option(help="Project-local data folder.")] = Path(".kairos"),
 ) -> None:
-    """Run the whole stack locally: broker, PostgreSQL, worker and API. Ctrl-C stops it."""
-    from rich.console import Console
+    """Run the whole stack locally: broker, PostgreSQL, worker and API. Ctrl-C stops it.
 
-    from kairos import devstack
+    Writes HOME/dev.env, which every `kairos` command under this folder reads, and holds
+    HOME/dev.lock: one `kairos dev` per folder. SIGINT, SIGTERM and SIGHUP stop every child.
+    """
+    from kairos import devenv, devstack
     from kairos.localstack.errors import LocalStackError
 
-    console = Console()
     home = home.resolve()
     home.mkdir(parents=True, exist_ok=True)
-    stack = devstack.DevStack(home=home)
+    lock = devenv.DevLock(home)
     try:
-        with console.status("starting the broker..."):
-            servers = devstack.start_broker(stack, broker.value, reset=reset)
+        lock.acquire()
+    except devenv.AlreadyRunning as error:
+        raise _fail(str(error)) from None
+    # SIGINT too: a shell starts background jobs with SIGINT ignored, so `kill -INT` would
+    # otherwise do nothing to a `kairos dev &`.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop_signal, _raise_stop)
+    stack = devstack.DevStack(home=home)
+    started = time.monotonic()
+
+    def stage(text: str) -> None:
+        print(f"[{time.monotonic() - started:5.1f}s] {text}", flush=True)
+
+    try:
+        stage("starting the broker (the first run fetches Apache Kafka's jars)...")
+        servers = devstack.start_broker(stack, broker.value, reset=reset)
+        stage(f"broker: {stack.broker_name}")
         memory_only = stack.broker_name.startswith("tansu")
-        with console.status("starting PostgreSQL..."):
-            dsn = devstack.start_database(stack, clean=reset or memory_only)
+        stage("starting PostgreSQL...")
+        dsn = devstack.start_database(stack, clean=reset or memory_only)
+        api_port = port or devenv.stable_port(home, "api", 8000)
+        stack.ports["api"] = api_port
+        devenv.remember_ports(home, {**devenv.remembered_ports(home), **stack.ports})
         settings = _settings().model_copy(
             update={
                 "kafka_bootstrap_servers": servers,
                 "database_url": dsn,
                 "kafka_idempotence": not memory_only,
                 "partitions": 4,
-                "api_port": port,
+                "api_port": api_port,
             }
         )
-        prepare_dependencies(settings, topics=True)
-        token = devstack.dev_admin_token(settings)
+        stage("creating topics and applying migrations...")
+        if prepare_dependencies(settings, topics=True):
+            stage("the read model projected another Kafka cluster: cleared, it rebuilds now")
+        previous = _previous_dev_token(home)
+        token = devstack.dev_admin_token(settings, previous)
         env = devstack.child_env(settings)
-        devstack.spawn(stack, "worker", ["worker", "--workdir", str(home / "worker")], env)
-        devstack.spawn(stack, "api", ["api", "--host", "127.0.0.1", "--port", str(port)], env)
-        url = f"http://127.0.0.1:{port}"
-        with console.status("waiting for the API..."):
-            if not devstack.wait_http_ok(f"{url}/healthz", timeout=60):
-                raise _fail(f"the API did not come up; see {home / 'api.log'}")
-        console.print(f"[bold]Broker:[/bold] {stack.broker_name} - {stack.broker_note}")
-        console.print(f"[bold]Read model:[/bold] {_redacted(dsn)}")
-        console.print(f"[bold]API:[/bold] {url}  (docs at {url}/docs)")
-        console.print(f"[bold]Logs:[/bold] {home}/worker.log, {home}/api.log")
-        console.print("[bold]Development admin token[/bold] (Authorization: Bearer ...):")
+        url = f"http://127.0.0.1:{api_port}"
+        values = {
+            "KAFKA_BOOTSTRAP_SERVERS": servers,
+            "DATABASE_URL": dsn,
+            "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
+            "KAIROS_PARTITIONS": str(settings.partitions),
+            devenv.API_URL_VAR: url,
+            devenv.TOKEN_VAR: token,
+        }
+        dev_env = devenv.write_dev_env(home, values)
+        stage("starting the worker and the API...")
+        worker_log = devstack.spawn(
+            stack, "worker", ["worker", "--workdir", str(home / "worker")], env
+        )
+        devstack.spawn(stack, "api", ["api", "--host", "127.0.0.1", "--port", str(api_port)], env)
+        if not devstack.wait_http_ok(f"{url}/healthz", timeout=60):
+            raise _fail(f"the API did not come up; see {home / 'api.log'}")
+        stage("API up; waiting for the worker to join its group and recover its tables...")
+        if (
+            not devstack.wait_for_log_line(
+                stack, "worker", devstack.WORKER_READY_LINE, start=worker_log, timeout=120
+            )
+            and stack.first_dead() is None
+        ):
+            stage(f"the worker is not ready after 120 s; carrying on (see {home / 'worker.log'})")
+        lock.describe(
+            {
+                "pid": os.getpid(),
+                "state": "running",
+                "api_url": url,
+                "kafka": servers,
+                "database": _redacted(dsn),
+                "children": stack.children(),
+            }
+        )
+        stage("ready")
+        print(f"Broker:     {stack.broker_name} - {stack.broker_note}")
+        print(f"Read model: {_redacted(dsn)}")
+        print(f"API:        {url}  (docs at {url}/docs)")
+        print(f"Logs:       {home}/worker.log, {home}/api.log")
+        print(f"Settings:   {dev_env} (read by every `kairos` command under {home.parent});")
+        print("            for other tools, paste these lines in a shell:")
+        for line in devenv.export_lines(values):
+            print(line)
+        print("Development admin token (Authorization: Bearer ...):")
         print(token, flush=True)
-        console.print("Ctrl-C stops everything.")
-        while all(process.poll() is None for _, process in stack.processes):
+        print("Ctrl-C stops everything.", flush=True)
+        while (dead := stack.first_dead()) is None:
             time.sleep(0.5)
-        dead = [name for name, process in stack.processes if process.poll() is not None]
-        raise _fail(f"{', '.join(dead)} stopped unexpectedly; see its log in {home}")
-    except KeyboardInterrupt:
-        console.print("stopping...")
+        name, log_file = dead
+        print(
+            f"kairos: {name} stopped unexpectedly (see {log_file}); stopping everything",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise typer.Exit(code=1)
+    except (KeyboardInterrupt, _StopRequested) as stop:
+        print(f"stopping ({stop or 'SIGINT'})...", flush=True)
     except LocalStackError as error:
         raise _fail(str(error)) from None
     finally:
+        for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(stop_signal, signal.SIG_IGN)
         stack.stop()
+        lock.release()
+        print("stopped", flush=True)
+
+
+def _previous_dev_token(home: Path) -> str | None:
+    from kairos import devenv
+
+    path = home / devenv.DEV_ENV_FILE
+    if not path.is_file():
+        return None
+    return devenv.read_env_file(path).get(devenv.TOKEN_VAR)
 
 
 def _redacted(dsn: str) -> str:
@@ -379,164 +488,19 @@ def token_revoke(
         raise typer.Exit(code=1)
 
 
-# --- generic schedules ------------------------------------------------------------------
+@app.callback()
+def _read_dev_env(ctx: typer.Context) -> None:
+    """Kairos: an event-sourced scan scheduler on Kafka streams."""
+    # `kairos dev` writes the file; every other command reads it unless the environment
+    # names a stack of its own, so a second shell needs no exports.
+    if ctx.invoked_subcommand != "dev":
+        from kairos.devenv import apply_dev_env
+
+        apply_dev_env()
 
 
-def _publish_schedule_event(kind: str, name: str, **fields: object) -> None:
-    """Publish one schedule.* event keyed by `name` (the schedule id) and print its id."""
-    import uuid
-    from datetime import UTC, datetime
-
-    from pydantic import TypeAdapter, ValidationError
-
-    from api.errors import KafkaUnavailable
-    from api.publisher import Publisher
-    from schemas.schedules import ScheduleEvent
-
-    settings = _settings()
-    values = {
-        "type": kind,
-        "event_id": str(uuid.uuid4()),
-        "occurred_at": datetime.now(UTC).isoformat(),
-        "actor": "cli",
-        "schedule_id": name,
-        **fields,
-    }
-    try:
-        event = TypeAdapter(ScheduleEvent).validate_python(values)
-    except ValidationError as error:
-        raise _fail(f"invalid {kind}: {error.errors(include_url=False)[0]['msg']}") from None
-
-    async def send() -> str:
-        publisher = Publisher(settings, timeout=settings.connect_timeout_seconds)
-        try:
-            receipt = await publisher.publish(event)
-        finally:
-            await publisher.stop()
-        return str(receipt.event_id)
-
-    try:
-        event_id = asyncio.run(send())
-    except KafkaUnavailable as error:
-        raise _fail(str(error)) from None
-    print(f"{kind} published for {name!r}: event {event_id}")
-
-
-def _schedule_rows(name: str | None) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    from api import queries
-    from kairos.db import DatabaseUnavailable, connect
-
-    settings = _settings()
-
-    async def read() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-        async with await connect(settings.database_url) as conn:
-            if name is None:
-                rows, _ = await queries.list_schedules(conn, limit=1000, offset=0)
-                return rows, []
-            row = await queries.get_schedule(conn, name=name)
-            if row is None:
-                return [], []
-            runs, _ = await queries.list_schedule_runs(
-                conn, schedule_id=str(row["schedule_id"]), limit=20
-            )
-            return [row], runs
-
-    try:
-        return asyncio.run(read())
-    except DatabaseUnavailable as error:
-        raise _fail(str(error)) from None
-
-
-@schedules_app.command("list")
-def schedules_list() -> None:
-    """Every schedule: name, status, next fire time and run counts."""
-    rows, _ = _schedule_rows(None)
-    for row in rows:
-        print(
-            f"{row['name']}\t{row['status']}\tnext={row['next_fire_at']}"
-            f"\truns={row['runs']}\tskipped={row['skipped_runs']}\tfailed={row['failed_runs']}"
-        )
-
-
-@schedules_app.command("show")
-def schedules_show(name: str) -> None:
-    """One schedule as JSON: its definition, state and latest runs."""
-    import json
-
-    rows, runs = _schedule_rows(name)
-    if not rows:
-        raise _fail(f"no schedule named {name!r}")
-    print(json.dumps({**rows[0], "recent_runs": runs}, indent=2, default=str))
-
-
-@schedules_app.command("create")
-def schedules_create(
-    file: Annotated[Path, typer.Option("--file", help="A JSON schedule definition.")],
-) -> None:
-    """Create (or replace) a schedule from a JSON file; its `name` becomes its id."""
-    import json
-
-    from pydantic import ValidationError
-
-    from kairos.recurrence import schedule_problem
-    from schemas.schedules import Schedule
-
-    try:
-        definition = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise _fail(f"cannot read {file}: {error}") from None
-    if not isinstance(definition, dict):
-        raise _fail(f"{file} must hold one JSON object")
-    try:
-        schedule = Schedule.model_validate({**definition, "id": definition.get("name")})
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "schedule"
-        raise _fail(f"invalid schedule: {where}: {first['msg']}") from None
-    problem = schedule_problem(schedule)
-    if problem:
-        raise _fail(f"invalid schedule: recurrence: {problem}")
-    _publish_schedule_event(
-        "schedule.upserted", schedule.id, schedule=schedule.model_dump(mode="json")
-    )
-
-
-@schedules_app.command("enable")
-def schedules_enable(name: str) -> None:
-    """Turn a disabled schedule on."""
-    _publish_schedule_event("schedule.enabled", name)
-
-
-@schedules_app.command("disable")
-def schedules_disable(name: str) -> None:
-    """Turn a schedule off."""
-    _publish_schedule_event("schedule.disabled", name)
-
-
-@schedules_app.command("pause")
-def schedules_pause(
-    name: str, note: Annotated[str | None, typer.Option(help="Why it is paused.")] = None
-) -> None:
-    """Hold a schedule's occurrences back until it is resumed."""
-    _publish_schedule_event("schedule.paused", name, note=note)
-
-
-@schedules_app.command("resume")
-def schedules_resume(name: str) -> None:
-    """Resume a paused schedule (missed occurrences follow its catch-up policy)."""
-    _publish_schedule_event("schedule.resumed", name)
-
-
-@schedules_app.command("trigger")
-def schedules_trigger(name: str) -> None:
-    """Run a schedule now."""
-    _publish_schedule_event("schedule.triggered", name)
-
-
-@schedules_app.command("delete")
-def schedules_delete(name: str) -> None:
-    """Delete a schedule (the worker refuses system schedules)."""
-    _publish_schedule_event("schedule.deleted", name)
+opscli.register(app)
+eventscli.register(app)
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ import logging
 from importlib import resources
 
 import psycopg
+import psycopg.sql
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +67,50 @@ async def migrate(dsn: str, *, timeout: float = 10.0) -> list[str]:
     if applied:
         log.info("applied migrations: %s", ", ".join(applied))
     return applied
+
+
+KEPT_ON_REBIND = frozenset({"schema_migrations", "api_tokens", "event_store"})
+"""Tables that are not projections of the event store: a new event store keeps them."""
+
+
+async def bind_event_store(
+    dsn: str, *, cluster_id: str, bootstrap_servers: str, timeout: float = 10.0
+) -> bool:
+    """Record which Kafka cluster this read model projects; True if it had to be cleared.
+
+    A read model built from another cluster (the broker was replaced or reset) would show
+    hosts the new event store does not have, so its projected tables are emptied: the
+    projector's consumer group is new on that cluster and rebuilds them from the start.
+    """
+    async with await connect(dsn, timeout=timeout) as conn:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(727275)")
+            cursor = await conn.execute("SELECT cluster_id FROM event_store")
+            row = await cursor.fetchone()
+            if row is not None and row[0] == cluster_id:
+                return False
+            cleared = False
+            if row is not None:
+                cursor = await conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                )
+                tables = sorted(
+                    name for (name,) in await cursor.fetchall() if name not in KEPT_ON_REBIND
+                )
+                if tables:
+                    names = psycopg.sql.SQL(", ").join(psycopg.sql.Identifier(t) for t in tables)
+                    await conn.execute(psycopg.sql.SQL("TRUNCATE {}").format(names))
+                cleared = True
+                log.warning(
+                    "the read model projected Kafka cluster %s, now %s: cleared it to rebuild",
+                    row[0],
+                    cluster_id,
+                )
+            await conn.execute(
+                "INSERT INTO event_store (singleton, cluster_id, bootstrap_servers)"
+                " VALUES (true, %s, %s) ON CONFLICT (singleton) DO UPDATE SET"
+                " cluster_id = EXCLUDED.cluster_id,"
+                " bootstrap_servers = EXCLUDED.bootstrap_servers, bound_at = now()",
+                (cluster_id, bootstrap_servers),
+            )
+    return cleared

@@ -169,6 +169,19 @@ class MaintenanceUpdate(Contract):
 # --- hosts ---------------------------------------------------------------------------------
 
 
+class HostCreate(Contract):
+    """A host to schedule: published as an `object-created` event of type `host`."""
+
+    host_id: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00]*$")
+    hostname: str | None = Field(default=None, max_length=255)
+    ip: str | None = Field(default=None, max_length=255)
+    os: str | None = Field(default=None, max_length=255)
+    organization: str | None = Field(default=None, max_length=255)
+    labels: dict[str, str] = Field(default_factory=dict)
+    is_active: StrictBool = True
+    status: HostStatus = HostStatus.UP
+
+
 class HostPublic(Contract):
     """One host in a list."""
 

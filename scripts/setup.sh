@@ -12,15 +12,25 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
     exit 2
 fi
 
+step() { echo "kairos setup [$(( SECONDS ))s]: $*" >&2; }
+
 if [ ! -x "$VENV/bin/python" ]; then
+    step "creating $VENV"
     "$PYTHON" -m venv "$VENV"
 fi
 
 stamp="$VENV/.kairos-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    step "upgrading pip"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e '.[dev,local]'
+    step "installing Kairos and its dependencies into $VENV (about a minute the first time)"
+    # One line per package as pip resolves and installs, instead of a silent minute.
+    # (pipefail: a failing pip still fails this script, its errors on stderr as usual)
+    "$VENV/bin/python" -m pip install --progress-bar off -e '.[dev,local]' \
+        | { grep --line-buffered -E '^(Collecting|Installing collected|Successfully)' || true; } \
+        | cut -c1-100 >&2
     touch "$stamp"
+    step "installed"
 fi
 
 # Apache Kafka runs from Maven Central jars; without Java/Maven, Kairos falls back to tansu.
@@ -30,5 +40,6 @@ if [ "${CI:-}" = "true" ] && { ! command -v java >/dev/null || ! command -v mvn 
     fi
 fi
 if command -v java >/dev/null && command -v mvn >/dev/null; then
+    step "checking Apache Kafka's jars (Maven fetches them on the first run only)"
     "$VENV/bin/python" -c 'from kairos.localstack.apache import fetch_kafka_jars; fetch_kafka_jars()'
 fi

@@ -23,7 +23,9 @@ from api.deps import (
 from api.errors import (
     NOT_FOUND,
     READ_ERRORS,
+    HostExists,
     HostNotFound,
+    error_answer,
 )
 from api.pagination import decode_cursor, split_page
 from api.routes import PREFIX
@@ -31,6 +33,7 @@ from api.routes.host_import import parse_import
 from api.writes import WaitDep, answer, stamp, write_answers
 from schemas.api import (
     Accepted,
+    HostCreate,
     HostDetailPublic,
     HostHistoryPublic,
     HostImportRow,
@@ -152,6 +155,41 @@ async def import_hosts(
     ]
     batches = await publisher.publish_objects(events, batch_size=IMPORT_BATCH_SIZE)
     return HostsImported(hosts=len(events), batches=batches)
+
+
+@router.post(
+    "/hosts",
+    status_code=202,
+    response_model=Accepted,
+    responses={**write_answers(HostDetailPublic), 409: error_answer("The host exists already.")},
+)
+async def create_host(
+    body: HostCreate,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    wait: WaitDep,
+) -> JSONResponse:
+    """Add a host to the fleet: published as `object-created` (type `host`); scanned at once."""
+    if await queries.get_host(conn, host_id=body.host_id) is not None:
+        raise HostExists(f"host {body.host_id!r} exists already")
+    attributes = ObjectAttributes(**body.model_dump(exclude={"host_id"}))
+    stamped = stamp(caller, clock)
+    event = ObjectEvent(
+        event_id=stamped["event_id"],
+        occurred_at=stamped["occurred_at"],
+        object_type=HOST_OBJECT_TYPE,
+        object_id=body.host_id,
+        attributes=attributes,
+    )
+    receipt = await publisher.publish_object(event)
+    return await answer(
+        receipt,
+        wait=wait,
+        read=lambda: queries.get_host(conn, host_id=body.host_id),
+        shows_change=lambda host: True,
+    )
 
 
 @router.get(

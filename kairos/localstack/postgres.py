@@ -9,11 +9,13 @@ system user that owns the data directory.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import logging
 import os
 import signal
 import stat
 import subprocess
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -89,13 +91,14 @@ class LocalPostgres:
     ``start()`` runs ``initdb`` only if ``data_dir`` has no cluster yet, then starts the
     server; ``stop()`` shuts it down cleanly, keeping the data. ``port=None`` picks a
     free port at each start. The unix socket lives in ``<data_dir>-socket`` beside the
-    data directory. ``fast=True`` turns off fsync, synchronous_commit and
-    full_page_writes: a crash can then corrupt the data, so use it only for tests.
+    data directory (under the temporary directory if that path is too long for a socket).
+    ``fast=True`` turns off fsync, synchronous_commit and full_page_writes: a crash can
+    then corrupt the data, so use it only for tests.
     """
 
     def __init__(self, data_dir: Path, port: int | None = None, *, fast: bool = False) -> None:
         self.data_dir = Path(data_dir).resolve()
-        self.socket_dir = self.data_dir.parent / f"{self.data_dir.name}-socket"
+        self.socket_dir = _socket_dir(self.data_dir)
         self.log_path = self.data_dir / "kairos-postgres.log"
         self.fast = fast
         self._requested_port = port
@@ -107,6 +110,10 @@ class LocalPostgres:
         if self._port is None:
             raise LocalStackError("Local PostgreSQL has no port yet; call start() first.")
         return self._port
+
+    def is_running(self) -> bool:
+        """True while the server process started by ``start()`` has not exited."""
+        return self._process is not None and self._process.poll() is None
 
     @property
     def dsn(self) -> str:
@@ -262,6 +269,20 @@ class _Identity(TypedDict):
     group: int | None
     extra_groups: list[int] | None
     env: dict[str, str] | None
+
+
+_SOCKET_PATH_MAX = 107
+"""Longest Unix socket path PostgreSQL accepts; `.s.PGSQL.<port>` is appended to the dir."""
+
+
+def _socket_dir(data_dir: Path) -> Path:
+    """``<data_dir>-socket`` beside the data, or a short per-data-dir folder under the
+    temporary directory when that path would be too long for a Unix socket."""
+    beside = data_dir.parent / f"{data_dir.name}-socket"
+    if len(str(beside)) + len("/.s.PGSQL.65535") <= _SOCKET_PATH_MAX:
+        return beside
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"kairos-pg-{digest}"
 
 
 def _identity(run_as: _SystemUser | None) -> _Identity:

@@ -67,6 +67,10 @@ class TansuBroker:
             raise LocalStackError("The Tansu broker has no port yet; call start() first.")
         return self._port
 
+    def is_running(self) -> bool:
+        """True while the server process started by ``start()`` has not exited."""
+        return self._process is not None and self._process.poll() is None
+
     @property
     def bootstrap_servers(self) -> str:
         return f"{LOOPBACK}:{self.port}"

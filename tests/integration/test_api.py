@@ -361,6 +361,7 @@ ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("POST", f"{P}/hosts:import", [{"id": "imported-1"}], ADMIN),
     ("GET", f"{P}/hosts-due?limit=5", None, GUEST),
     ("GET", f"{P}/hosts", None, GUEST),
+    ("POST", f"{P}/hosts", {"host_id": "h-new", "labels": {"env": "test"}}, ADMIN),
     ("GET", f"{P}/hosts/h-001", None, GUEST),
     ("GET", f"{P}/hosts/h-001/history", None, GUEST),
     ("PUT", f"{P}/hosts/h-002/maintenance", {"enabled": True, "duration_hours": 2}, ANALYST),

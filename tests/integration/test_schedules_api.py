@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kairos.devstack import wait_http_ok
+from kairos.localstack.ports import free_port
 from kairos.settings import Settings
 from schemas.api import Role
 from tests.integration.test_api import api_settings, bearer, prepare, running_api
-from tests.integration.test_cli import run_kairos
 from tests.support.factories import host_created
 from tests.support.kafka import Collector, publish, start_producer
+from tests.support.stack import kairos_executable, settings_env
 
 pytestmark = pytest.mark.integration
 
@@ -108,10 +114,10 @@ async def test_created_job_runs_and_its_history_counts_skipped_runs(make_setting
     assert [item["name"] for item in listed["data"]] == ["hourly"]
 
 
-async def test_cli_creates_a_schedule_and_refuses_a_bad_rrule(
+async def test_cli_creates_a_schedule_through_the_api_and_refuses_a_bad_rrule(
     settings: Settings, tmp_path: Path
 ) -> None:
-    await prepare(settings)
+    tokens = await prepare(settings)
     names = settings.topics
     bad = tmp_path / "bad.json"
     bad.write_text(
@@ -119,14 +125,49 @@ async def test_cli_creates_a_schedule_and_refuses_a_bad_rrule(
     )
     good = tmp_path / "good.json"
     good.write_text(json.dumps(job("weekly")))
-    refused = run_kairos(settings, "schedules", "create", "--file", str(bad))
-    assert refused.returncode != 0 and "FREQ" in refused.stderr
-    async with Collector(settings, names.schedule_changes) as changes:
-        created = run_kairos(settings, "schedules", "create", "--file", str(good))
-        assert created.returncode == 0, created.stderr
-        paused = run_kairos(settings, "schedules", "pause", "weekly", "--note", "freeze")
-        assert paused.returncode == 0, paused.stderr
-        await changes.wait_for(lambda: len(changes.records) >= 2, timeout=10, what="two events")
+    with kairos_api(settings, tmp_path) as url:
+        env = {
+            **settings_env(settings),
+            "KAIROS_API_URL": url,
+            "KAIROS_TOKEN": tokens[Role.SECURITY_ADMIN],
+        }
+
+        def kairos(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*kairos_executable(), *args], env=env, capture_output=True, text=True, timeout=60
+            )
+
+        refused = kairos("schedules", "create", "--file", str(bad))
+        assert refused.returncode == 6 and "422" in refused.stderr and "FREQ" in refused.stderr
+        async with Collector(settings, names.schedule_changes) as changes:
+            created = kairos("schedules", "create", "--file", str(good))
+            assert created.returncode == 0, created.stderr
+            await changes.wait_for(lambda: len(changes.records) >= 1, timeout=10, what="an event")
+            # No projector runs here: the API knows no schedule `weekly` yet, and says so.
+            unknown = kairos("schedules", "pause", "weekly", "--note", "freeze")
+            assert unknown.returncode == 4 and "404" in unknown.stderr
     kinds = [value["type"] for value in changes.values(names.schedule_changes)]
-    assert kinds == ["schedule.upserted", "schedule.paused"]
+    assert kinds == ["schedule.upserted"]
     assert {record.key for record in changes.records} == {b"weekly"}
+
+
+@contextmanager
+def kairos_api(settings: Settings, folder: Path) -> Iterator[str]:
+    """`kairos api` as a process on a free port; yields its URL."""
+    port = free_port()
+    log = (folder / "api.log").open("ab")
+    process = subprocess.Popen(
+        [*kairos_executable(), "api", "--port", str(port)],
+        env=settings_env(settings),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_http_ok(f"{url}/healthz", timeout=60), (folder / "api.log").read_text()
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(20)
+        log.close()
