@@ -544,6 +544,8 @@ class KairosWorker:
                 queue.restore_released(command_id)
             self._released_markers = deque(released)
             self.dispatch_queue = queue
+            if not self.owns_dispatcher():
+                resend = []  # Recovery runs on every worker; the partition's owner sends.
             # A slot is durable before its command is sent, so a kill -9 in between leaves
             # commands that never went out. Send every in-flight one again with its own id:
             # agents dedupe on command_id, and this costs one record per in-flight command.
@@ -552,9 +554,10 @@ class KairosWorker:
                 self._outbox_ready.set()
             self.counters["commands_resent_after_recovery"] += len(resend)
             log.info(
-                "dispatch queue rebuilt: %d waiting, %d in flight (sent again), %d released",
+                "dispatch queue rebuilt: %d waiting, %d in flight (%d sent again), %d released",
                 queue.waiting_count,
                 queue.in_flight_count,
+                len(resend),
                 len(released),
             )
 

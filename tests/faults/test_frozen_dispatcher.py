@@ -1,7 +1,8 @@
 """The worker that owns the dispatch partition freezes (SIGSTOP) past its session timeout.
 
 The other worker takes the partition over and keeps dispatching; the frozen one is resumed
-(SIGCONT) and must notice it lost its partitions instead of dispatching on its old view. The cap
+(SIGCONT) and must notice it lost its partitions (it rejoins and recovers; the group may give
+the dispatch partition back to it) instead of dispatching on its old view. The cap
 holds throughout, and no due instance gets a second command id.
 """
 
@@ -30,8 +31,12 @@ NOT_OWNED = "dispatch partition not owned by this worker"
 SESSION_TIMEOUT_SECONDS = 15.0
 
 
+def ownership_lines(worker: WorkerProcess) -> list[str]:
+    return [line for line in worker.log().splitlines() if "dispatch partition" in line]
+
+
 def last_ownership(worker: WorkerProcess) -> str | None:
-    lines = [line for line in worker.log().splitlines() if "dispatch partition" in line]
+    lines = ownership_lines(worker)
     if not lines:
         return None
     return OWNED if OWNED in lines[-1] else NOT_OWNED
@@ -73,12 +78,15 @@ async def test_frozen_dispatcher_owner_is_replaced_and_the_cap_holds(
                         what="dispatching under the new owner",
                     )
                 finally:
+                    seen_before_resume = len(ownership_lines(owner))
                     os.killpg(owner.process.pid, signal.SIGCONT)
                     frozen_for = time.monotonic() - frozen_at
+                # It lost its partitions while frozen: it must rejoin and recover before it
+                # acts again (the group may then hand the dispatch partition back to it).
                 await wait_until(
-                    lambda: last_ownership(owner) == NOT_OWNED,
+                    lambda: len(ownership_lines(owner)) > seen_before_resume,
                     timeout=60,
-                    what="the resumed worker noticing it lost the dispatch partition",
+                    what="the resumed worker rejoining its group with a new assignment",
                 )
                 await asyncio.sleep(5.0)
             acknowledged = set(onboarding.acknowledged)
