@@ -333,11 +333,12 @@ async def job_history(
     conn: ConnDep,
     caller: GuestDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000_000, description="Runs to skip.")] = 0,
 ) -> ScheduleHistoryPublic:
-    """The latest runs (newest first) and counts by outcome."""
+    """The latest runs (newest first, a page of `limit` after `offset`) and counts by outcome."""
     row = await _existing(conn, name)
     runs, count = await queries.list_schedule_runs(
-        conn, schedule_id=row["schedule_id"], limit=limit
+        conn, schedule_id=row["schedule_id"], limit=limit, offset=offset
     )
     stats = await queries.schedule_run_stats(conn, schedule_id=row["schedule_id"])
     total = int(stats["total"])
