@@ -196,6 +196,16 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         shown(driver, "#save-schedule").click()
         shown(driver, "h1", lambda element: element.text.startswith("Schedule nightly-web"))
         assert len(shown(driver, "#next-fire-times").find_elements(By.TAG_NAME, "li")) == 5
+        # Run now: the worker runs it over the two prod hosts; the history shows the run.
+        shown(driver, "#run-now").click()
+        shown(driver, "#action-result", lambda element: "Run requested" in element.text)
+        started = time.monotonic()
+        while "1 fired" not in shown(driver, "#runs p").text:
+            assert time.monotonic() - started < WAIT, shown(driver, "#runs").text
+            time.sleep(0.5)
+            driver.refresh()
+        run = shown(driver, "#runs tbody tr").find_elements(By.TAG_NAME, "td")
+        assert [cell.text for cell in run[3:6]] == ["fired", "2", "2"]  # outcome, hosts, commands
 
         driver.get(f"{base}/#/schedules")
         toggle = shown(driver, "input.toggle[data-name='nightly-web']")

@@ -9,7 +9,7 @@ export async function deadLettersView({ main, session, params }) {
   }
   const cursor = params.get("cursor") || "";
   const page = await get(`${P}/dead-letters${query({ limit: 50, cursor })}`);
-  fill(main, 
+  fill(main,
     h("h1", {}, `Dead letters (${page.count})`),
     table(["received", "topic", "partition/offset", "key", "error", "message"],
       page.data.map((letter) => [when(letter.received_at), letter.source_topic,
@@ -38,7 +38,8 @@ export async function configView({ main, session }) {
       ? (inputs[name] = h("input", { type: "number", name, value: config[name],
         min: spec.minimum, max: spec.maximum }))
       : config[name];
-    return [name, value, `${spec.minimum ?? "—"} … ${spec.maximum ?? "—"}`,
+    return [name, value,
+      h("span", { className: "nowrap" }, `${spec.minimum ?? "—"} … ${spec.maximum ?? "—"}`),
       spec.description || "", h("span", { className: "field-error", id: `error-${name}` })];
   });
   const form = h("form", { id: "config-form" },
@@ -73,7 +74,7 @@ export async function configView({ main, session }) {
       () => api("POST", `${P}/toggle${query({ enabled: !config.enabled })}`),
       config.enabled ? "Pause requested." : "Resume requested.") },
   config.enabled ? "Pause dispatch" : "Resume dispatch") : null;
-  fill(main, 
+  fill(main,
     h("h1", {}, `Scheduler config (version ${config.version})`),
     h("p", {}, `Dispatch is ${config.enabled ? "on" : "paused"}. `, toggle),
     result, form);

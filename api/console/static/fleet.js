@@ -17,7 +17,7 @@ async function render(main, session) {
   const share = Math.min(100, (100 * status.in_flight) / Math.max(1, status.max_concurrent_scans));
   const failing = jobs.data.filter((job) => job.consecutive_failures > 0 || job.last_error);
   const lag = status.projection_lag_seconds;
-  fill(main, 
+  fill(main,
     h("h1", {}, "Fleet status"),
     status.enabled ? null : notice("Dispatch is paused (scheduler disabled).", true),
     h("div", { className: "cards", id: "fleet-cards" },

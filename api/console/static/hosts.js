@@ -35,7 +35,7 @@ export async function hostsView({ main, params }) {
   const next = page.next_cursor
     ? h("a", { href: `#/hosts${query({ ...filters, cursor: page.next_cursor })}` }, "Next page →")
     : null;
-  fill(main, 
+  fill(main,
     h("h1", {}, `Hosts (${page.count})`), form,
     table(["host", "hostname", "organization", "state", "score", "next scan", "in flight",
       "maintenance", "status"], page.data.map((host) => [
@@ -93,7 +93,7 @@ export async function hostView({ main, session, args: [hostId] }) {
       if (!cursor) event.target.remove();
     } }, "Older entries"));
   }
-  fill(main, 
+  fill(main,
     h("h1", {}, `Host ${host.host_id}`, host.hostname ? ` (${host.hostname})` : ""),
     h("div", { className: "actions" }, actions), result,
     table(["", ""], [

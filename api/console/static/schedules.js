@@ -48,7 +48,7 @@ export async function schedulesView({ main, session }) {
       h("a", { href: `#/schedules/${encodeURIComponent(job.name)}` }, job.name),
       describeRecurrence(job.definition.recurrence, job.definition.timezone),
       describeTarget(job.definition), badge(job.status), when(job.last_fired_at),
-      when(job.next_fire_at)];
+      job.enabled && !job.paused ? when(job.next_fire_at) : when(null)];
     if (admin) {
       const toggle = h("input", { type: "checkbox", className: "toggle", checked: job.enabled,
         title: job.enabled ? "Disable" : "Enable", "data-name": job.name });
@@ -71,7 +71,7 @@ export async function schedulesView({ main, session }) {
   });
   const headers = ["name", "recurrence", "target", "status", "last run", "next run"];
   if (admin) headers.push("enabled", "");
-  fill(main, 
+  fill(main,
     h("h1", {}, `Schedules (${list.count})`),
     admin ? h("div", { className: "actions" },
       h("a", { href: "#/schedules/new", id: "new-schedule" }, h("button", {}, "New schedule")))
@@ -103,10 +103,21 @@ export async function scheduleView({ main, session, args: [name] }) {
           onclick: () => showRuns(offset + HISTORY_PAGE) }, "Older →") : null));
   }
   await showRuns(0);
-  fill(main, 
+  const result = h("div", { id: "action-result" });
+  const verb = job.enabled ? "disable" : "enable";
+  fill(main,
     h("h1", {}, `Schedule ${job.name} `, badge(job.status)),
     may(session.role, "SECURITY_ADMIN") ? h("div", { className: "actions" },
+      h("button", { className: "secondary", id: "toggle-schedule", onclick: async () => {
+        const done = await attempt(result, () => api("POST", `${path}/${verb}`),
+          `${verb} requested.`);
+        if (done) await settle(path, (now) => now.enabled !== job.enabled);
+        scheduleView({ main, session, args: [name] });
+      } }, job.enabled ? "Disable" : "Enable"),
+      h("button", { className: "secondary", id: "run-now", onclick: () => attempt(result,
+        () => api("POST", `${path}/trigger`), "Run requested.") }, "Run now"),
       h("a", { href: `#/schedules/${encodeURIComponent(name)}/edit` }, "Edit")) : null,
+    result,
     table(["", ""], [
       ["recurrence", describeRecurrence(job.definition.recurrence, job.definition.timezone)],
       ["target", describeTarget(job.definition)], ["scanner", job.definition.scanner],
@@ -198,9 +209,10 @@ export async function scheduleFormView({ main, session, args: [name] }) {
       const slot = form.querySelector(`#error-${where}`);
       if (!slot) { formError.append(notice(message, true)); return; }
       slot.textContent = slot.textContent ? `${slot.textContent}; ${message}` : message;
-      const control = form.querySelector(`#field-${where} input, #field-${where} textarea,`
-        + ` #field-${where} select`);
-      if (control) control.classList.add("invalid");
+      for (const control of form.querySelectorAll(`#field-${where} input,`
+        + ` #field-${where} textarea, #field-${where} select`)) {
+        control.classList.add("invalid");
+      }
     };
     const values = Object.fromEntries(new FormData(form));
     const body = {
