@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from psycopg_pool import AsyncConnectionPool
 
-from api import errors
+from api import console, errors
 from api.body_limit import BodyLimitMiddleware
 from api.deps import Runtime, reject_unknown_query
 from api.metrics import MetricsMiddleware, RequestMetrics
@@ -98,6 +98,8 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(reject_unknown_query)],
+        docs_url=None,  # console.install serves /docs and /redoc from packaged assets
+        redoc_url=None,
     )
     app.state.metrics = RequestMetrics()
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
@@ -111,4 +113,5 @@ def create_app(
     # Generic schedules are served but not yet listed in the OpenAPI document: the role
     # matrix in tests/integration/test_api.py must list them first (JOBS_IN_OPENAPI).
     app.include_router(jobs.router, include_in_schema=JOBS_IN_OPENAPI)
+    console.install(app)
     return app

@@ -256,6 +256,7 @@ async def list_hosts(
     overdue: bool | None = None,
     labels: dict[str, str] | None = None,
     organization: str | None = None,
+    failing: bool | None = None,
     after: CursorKey | None = None,
     limit: int,
 ) -> tuple[list[HostPublic], int]:
@@ -277,9 +278,14 @@ async def list_hosts(
     if organization is not None:
         where.append(sql.SQL("organization = %(organization)s"))
         params["organization"] = organization
+    if failing is not None:
+        where.append(
+            sql.SQL("consecutive_scan_failures > 0" if failing else "consecutive_scan_failures = 0")
+        )
     filters = sql.SQL(" AND ").join(where)
     given = {name for name in ("state", "maintenance") if name in params}
-    if overdue is None and not labels and organization is None and len(given) <= 1:
+    plain = overdue is None and failing is None and not labels and organization is None
+    if plain and len(given) <= 1:
         count = await _count_from_counters(conn, state=state, maintenance=maintenance)
     else:
         count = await _count(
@@ -536,15 +542,17 @@ async def get_schedule(conn: psycopg.AsyncConnection, *, name: str) -> Row | Non
 
 
 async def list_schedule_runs(
-    conn: psycopg.AsyncConnection, *, schedule_id: str, limit: int
+    conn: psycopg.AsyncConnection, *, schedule_id: str, limit: int, offset: int = 0
 ) -> tuple[list[Row], int]:
-    """The latest runs of one schedule, newest first, and how many it has had."""
+    """The latest runs of one schedule, newest first (skipping `offset`), and how many it
+    has had."""
     rows = await _rows(
         conn,
         "SELECT occurrence, attempt, reason, fired_at, outcome, error, hosts_matched,"
         " commands_issued FROM schedule_runs WHERE schedule_id = %(id)s"
-        " ORDER BY fired_at DESC, occurrence DESC LIMIT %(limit)s",
-        {"id": schedule_id, "limit": limit},
+        " ORDER BY fired_at DESC, occurrence DESC, attempt DESC"
+        " LIMIT %(limit)s OFFSET %(offset)s",
+        {"id": schedule_id, "limit": limit, "offset": offset},
     )
     count = await _count(
         conn, "SELECT count(*) FROM schedule_runs WHERE schedule_id = %(id)s", {"id": schedule_id}

@@ -39,6 +39,14 @@ if [ "${CI:-}" = "true" ] && { ! command -v java >/dev/null || ! command -v mvn 
         apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null
     fi
 fi
+# The console's browser test drives Debian's Chromium through its chromedriver (no browser
+# download); outside CI it is skipped when they are missing.
+if [ "${CI:-}" = "true" ] && { ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; }; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "kairos: installing chromium and chromium-driver for the console test" >&2
+        apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+    fi
+fi
 if command -v java >/dev/null && command -v mvn >/dev/null; then
     step "checking Apache Kafka's jars (Maven fetches them on the first run only)"
     "$VENV/bin/python" -c 'from kairos.localstack.apache import fetch_kafka_jars; fetch_kafka_jars()'

@@ -89,6 +89,9 @@ async def list_hosts(
     overdue: Annotated[bool | None, Query(description="Due with no command in flight.")] = None,
     label: Annotated[list[Label] | None, Query(description="key=value; repeat for AND.")] = None,
     organization: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
+    failing: Annotated[
+        bool | None, Query(description="Whose latest scan failed (failures in a row > 0).")
+    ] = None,
     cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> HostsPublic:
@@ -102,6 +105,7 @@ async def list_hosts(
         overdue=overdue,
         labels=labels,
         organization=organization,
+        failing=failing,
         after=decode_cursor(cursor, shape=(str,)),
         limit=limit + 1,
     )

@@ -12,12 +12,20 @@ worker, outside both rooms, so they refuse the same schedules with the same word
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Path, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+)
 
 from api import queries
 from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
@@ -44,6 +52,124 @@ Name = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A
 NOT_FOUND = {
     404: {"model": ErrorPublic, "description": "No such schedule."},
     409: {"model": ErrorPublic, "description": "The schedule exists already or is protected."},
+}
+
+
+def _rfc3339_only(value: Any) -> Any:
+    """A timestamp comes as RFC 3339 text, as documented; not as a number of epoch seconds,
+    which pydantic would otherwise take."""
+    if value is not None and not isinstance(value, str | datetime):
+        raise ValueError("expected an RFC 3339 timestamp such as '2030-01-01T00:00:00Z'")
+    return value
+
+
+TIMESTAMP_FIELDS = ("start_at", "end_at")
+
+
+def _definition_fields(*, partial: bool) -> dict[str, Any]:
+    """Schedule's own fields (types, ranges, descriptions) for a request body: `name` stands
+    for the id; in a partial body every field may be left out and none has a default."""
+    fields: dict[str, Any] = {}
+    for name, info in Schedule.model_fields.items():
+        if name == "id":
+            continue
+        field = copy.copy(Schedule.model_fields["id"] if name == "name" else info)
+        if name == "name":
+            field.description = "Unique; the schedule's id in paths and events."
+        if partial:
+            field.default, field.default_factory = None, None
+        annotation: Any = info.annotation
+        if name in TIMESTAMP_FIELDS:
+            annotation = Annotated[annotation, BeforeValidator(_rfc3339_only)]
+        fields[name] = (annotation, field)
+    return fields
+
+
+def _no_defaults(schema: dict[str, Any]) -> None:
+    for prop in schema.get("properties", {}).values():
+        prop.pop("default", None)
+
+
+ScheduledJobCreate: type[BaseModel] = create_model(
+    "ScheduledJobCreate",
+    __config__=ConfigDict(extra="forbid", title="ScheduledJobCreate"),
+    __doc__="A new schedule: `Schedule` (schemas/schedules.py) with `name` as its id.",
+    **_definition_fields(partial=False),
+)
+ScheduledJobUpdate: type[BaseModel] = create_model(
+    "ScheduledJobUpdate",
+    __config__=ConfigDict(
+        extra="forbid", title="ScheduledJobUpdate", json_schema_extra=_no_defaults
+    ),
+    __doc__="Fields of a schedule to change; those left out keep their value. "
+    "The name cannot change.",
+    **_definition_fields(partial=True),
+)
+CRON_EXAMPLE = {
+    "name": "nightly-web",
+    "scanner": "nmap",
+    "recurrence": {"kind": "cron", "expression": "0 3 * * 1-5"},
+    "timezone": "Europe/Amsterdam",
+}
+SCHEDULE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "cron": {
+        "summary": "Cron: 03:00 on weekdays, Amsterdam time",
+        "value": CRON_EXAMPLE,
+    },
+    "interval": {
+        "summary": "Interval: every 6 hours of elapsed time",
+        "value": {
+            "name": "ports-6h",
+            "scanner": "nmap",
+            "recurrence": {"kind": "interval", "hours": 6},
+            "jitter_seconds": 300,
+        },
+    },
+    "rrule": {
+        "summary": "RRULE: the last weekday of every month at 22:30",
+        "value": {
+            "name": "month-end-audit",
+            "scanner": "compliance",
+            "recurrence": {
+                "kind": "rrule",
+                "rule": "FREQ=MONTHLY;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1;BYHOUR=22;BYMINUTE=30",
+            },
+            "timezone": "America/New_York",
+        },
+    },
+    "filter": {
+        "summary": "Filter: production web hosts that are not compliant",
+        "value": {
+            "name": "prod-web-daily",
+            "scanner": "nmap",
+            "recurrence": {"kind": "cron", "expression": "30 1 * * *"},
+            "targets": {
+                "filter": {
+                    "all": [
+                        {"field": "labels.env", "op": "eq", "value": "prod"},
+                        {"field": "hostname", "op": "glob", "value": "web-*"},
+                        {"field": "state", "op": "ne", "value": "compliant"},
+                    ]
+                }
+            },
+        },
+    },
+    "trigger": {
+        "summary": "Trigger: scan every host when it is created",
+        "value": {
+            "name": "onboarding-scan",
+            "scanner": "nmap",
+            "recurrence": {"kind": "none"},
+            "trigger": {"run_on": "host", "operation": "created"},
+        },
+    },
+}
+UPDATE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "priority": {"summary": "Raise the priority", "value": {"priority": 8}},
+    "recurrence": {
+        "summary": "Move to 04:15 every day",
+        "value": {"recurrence": {"kind": "cron", "expression": "15 4 * * *"}},
+    },
 }
 
 
@@ -168,14 +294,14 @@ async def list_jobs(
 
 @router.post("", status_code=202, responses=write_answers())
 async def create_job(
-    body: Annotated[dict[str, Any], Body()],
+    body: Annotated[ScheduledJobCreate, Body(openapi_examples=SCHEDULE_EXAMPLES)],
     conn: ConnDep,
     publisher: PublisherDep,
     clock: ClockDep,
     caller: AdminDep,
 ) -> JSONResponse:
     """Create a schedule (its name is its id). A bad cron, RRULE or filter answers 422."""
-    schedule = _validated(body)
+    schedule = _validated(body.model_dump(exclude_unset=True))
     if isinstance(schedule, JSONResponse):
         return schedule
     if await queries.get_schedule(conn, name=schedule.name) is not None:
@@ -216,7 +342,7 @@ async def get_job(
 @router.patch("/{name}", status_code=202, responses={**write_answers(), **NOT_FOUND})
 async def update_job(
     name: Name,
-    body: Annotated[dict[str, Any], Body()],
+    body: Annotated[ScheduledJobUpdate, Body(openapi_examples=UPDATE_EXAMPLES)],
     conn: ConnDep,
     publisher: PublisherDep,
     clock: ClockDep,
@@ -224,10 +350,11 @@ async def update_job(
 ) -> JSONResponse:
     """Change some fields of a schedule's definition; the name cannot change."""
     row = await _existing(conn, name)
-    if "name" in body and body["name"] != name:
+    changes = body.model_dump(exclude_unset=True)
+    if "name" in changes and changes["name"] != name:
         raise InvalidInput("name", "a schedule's name is its id and cannot change", location="body")
     definition = {key: value for key, value in row["definition"].items() if key != "id"}
-    schedule = _validated({**definition, **body, "name": name})
+    schedule = _validated({**definition, **changes, "name": name})
     if isinstance(schedule, JSONResponse):
         return schedule
     return await _publish_upsert(schedule, publisher, clock, caller)
@@ -333,11 +460,12 @@ async def job_history(
     conn: ConnDep,
     caller: GuestDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000_000, description="Runs to skip.")] = 0,
 ) -> ScheduleHistoryPublic:
-    """The latest runs (newest first) and counts by outcome."""
+    """The latest runs (newest first, a page of `limit` after `offset`) and counts by outcome."""
     row = await _existing(conn, name)
     runs, count = await queries.list_schedule_runs(
-        conn, schedule_id=row["schedule_id"], limit=limit
+        conn, schedule_id=row["schedule_id"], limit=limit, offset=offset
     )
     stats = await queries.schedule_run_stats(conn, schedule_id=row["schedule_id"])
     total = int(stats["total"])

@@ -246,6 +246,7 @@ def fleet_row(number: int) -> dict[str, Any]:
         "in_flight_command_id": f"run-{number}" if number % 7 == 0 else None,
         "is_active": number != 29,
         "status": "down" if number == 27 else "up",
+        "consecutive_scan_failures": 2 if number % 8 == 5 else 0,
         "hostname": f"h-{number:03d}.example.test",
         "organization": "org-a" if number % 2 else "org-b",
         "labels": {"env": "prod" if number % 3 == 0 else "dev", "team": "blue"},
@@ -385,6 +386,7 @@ ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("GET", "/healthz", None, None),
     ("GET", "/readyz", None, None),
     ("GET", "/metrics", None, None),
+    ("GET", "/api/whoami", None, GUEST),
 ]
 CALLERS: list[Role | str | None] = [None, "bad-token", *Role]
 
@@ -554,6 +556,11 @@ async def test_hosts_cursor_pages_visit_every_host_once_in_order(stack: Stack) -
         ({"label": ["env=prod", "team=blue"]}, lambda row: row["labels"]["env"] == "prod"),
         ({"label": "team=red"}, lambda row: False),
         ({"organization": "org-a"}, lambda row: row["organization"] == "org-a"),
+        ({"failing": "true"}, lambda row: row["consecutive_scan_failures"] > 0),
+        (
+            {"failing": "false", "state": "partial"},
+            lambda row: row["consecutive_scan_failures"] == 0 and row["state"] == "partial",
+        ),
         (
             {"organization": "org-b", "state": "compliant", "label": "env=prod"},
             lambda row: (
@@ -921,7 +928,7 @@ async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> N
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
-            if path.startswith((P, J)):
+            if path.startswith((P, J, "/api/whoami")):
                 assert operation["security"] == [{"HTTPBearer": []}], (method, path)
                 assert {"401", "403", "503"} <= set(operation["responses"]), (method, path)
             else:
@@ -941,3 +948,49 @@ async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> N
         assert responses["202"]["content"]["application/json"]["schema"]["$ref"].endswith(
             f"/{model}"
         ), path
+
+
+# --- the console and the documentation pages ----------------------------------------------
+
+
+async def test_console_and_docs_are_served_from_package_data_without_auth(stack: Stack) -> None:
+    index = await stack.client.get("/")
+    assert index.status_code == 200 and 'src="/console/app.js"' in index.text
+    for page in ("/docs", "/redoc"):
+        html = (await stack.client.get(page)).text
+        assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
+    docs = (await stack.client.get("/docs")).text
+    assert "/docs/assets/swagger-ui-bundle.js" in docs
+    assert "/docs/assets/redoc.standalone.js" in (await stack.client.get("/redoc")).text
+    for asset in ("/console/app.js", "/console/console.css", "/docs/assets/swagger-ui-bundle.js",
+                  "/docs/assets/swagger-ui.css", "/docs/assets/redoc.standalone.js"):  # fmt: skip
+        response = await stack.client.get(asset)
+        assert response.status_code == 200, asset
+        assert len(response.content) > 1000, asset
+
+
+async def test_whoami_names_the_token_and_its_role(stack: Stack) -> None:
+    response = await stack.get("/api/whoami", role=Role.SECURITY_ANALYST)
+    assert response.json() == {"name": "tester-security_analyst", "role": "SECURITY_ANALYST"}
+
+
+async def test_schedule_history_pages_by_offset_newest_first(stack: Stack) -> None:
+    async with await connect(stack.settings.database_url) as conn:
+        for hour in range(5):
+            at = T0 - timedelta(hours=hour)
+            await conn.execute(
+                "INSERT INTO schedule_runs (schedule_id, occurrence, attempt, reason, fired_at,"
+                " outcome) VALUES ('nightly', %s, 1, 'scheduled', %s, 'skipped')"
+                " ON CONFLICT DO NOTHING",
+                (at, at),
+            )
+        await conn.commit()
+    pages = [
+        (await stack.get(f"{J}/nightly/history", params={"limit": 2, "offset": offset})).json()
+        for offset in (0, 2, 4)
+    ]
+    occurrences = [run["occurrence"] for page in pages for run in page["data"]]
+    assert [datetime.fromisoformat(item) for item in occurrences] == [
+        T0 - timedelta(hours=hour) for hour in range(5)
+    ]
+    assert {page["count"] for page in pages} == {5}

@@ -93,8 +93,9 @@ def test_api_answers_as_documented_to_every_role(case: Any, api_app: DeferredApp
     # A cursor is opaque: the schema can say what characters it has, not which strings this
     # API gave out, so a schema-valid made-up cursor is rightly refused with 422.
     made_up_cursor = "cursor" in (case.query or {})
-    # A schedule body is documented as a JSON object and validated by the recurrence rules
-    # (cron, RRULE, filters), which a JSON Schema cannot express: `{}` is rightly a 422.
+    # A schedule body is typed by the Schedule model, but its recurrence rules (a cron field's
+    # range, an RRULE that never fires, a timezone's name) are more than a JSON Schema can
+    # express: a schema-valid made-up body is rightly a 422.
     free_form_schedule = case.path.startswith("/api/scheduled-jobs") and case.method in (
         "POST",
         "PATCH",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,10 +17,12 @@ from typing import Any
 
 import pytest
 
+from api.routes.jobs import SCHEDULE_EXAMPLES, UPDATE_EXAMPLES
 from kairos.devstack import wait_http_ok
 from kairos.localstack.ports import free_port
 from kairos.settings import Settings
 from schemas.api import Role
+from schemas.schedules import Schedule
 from tests.integration.test_api import api_settings, bearer, prepare, running_api
 from tests.support.factories import host_created
 from tests.support.kafka import Collector, publish, start_producer
@@ -171,3 +174,61 @@ def kairos_api(settings: Settings, folder: Path) -> Iterator[str]:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(20)
         log.close()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _documented_bodies() -> list[dict[str, Any]]:
+    """The JSON blocks of docs/api.md's scheduled-jobs section, in order."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    section = text.split("\n## Scheduled jobs", 1)[1].split("\n## ", 1)[0]
+    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.S)]
+
+
+async def test_documented_schedule_bodies_are_what_the_api_accepts_and_refuses(
+    settings: Settings,
+) -> None:
+    tokens = await prepare(settings)
+    admin = bearer(tokens[Role.SECURITY_ADMIN])
+    blocks = _documented_bodies()
+    bodies = [block for block in blocks if "recurrence" in block]
+    # The docs and the OpenAPI examples (what /docs offers) are the same five schedules.
+    assert bodies == [example["value"] for example in SCHEDULE_EXAMPLES.values()]
+    assert {body["recurrence"]["kind"] for body in bodies} == {"cron", "interval", "rrule", "none"}
+    assert any("filter" in body.get("targets", {}) for body in bodies)
+    assert any("trigger" in body for body in bodies)
+    (refusal,) = [block for block in blocks if "detail" in block]
+    readme = (ROOT / "README.md").read_text()
+    readme_filter = json.loads(re.search(r"a filter such as\s+`(\{.*?\})`", readme, re.S)[1])
+    async with running_api(settings) as client:
+        for body in bodies:
+            response = await client.post(J, json=body, headers=admin)
+            assert response.status_code == 202, (body["name"], response.text)
+        response = await client.post(
+            J, json=job("readme-filter", targets={"filter": readme_filter}), headers=admin
+        )
+        assert response.status_code == 202, response.text
+        bad = job("bad", recurrence={"kind": "cron", "expression": "61 * * * *"})
+        response = await client.post(J, json=bad, headers=admin)
+        assert response.status_code == 422 and response.json() == refusal
+        for example in UPDATE_EXAMPLES.values():  # PATCH of an unknown name: 404 after the body
+            response = await client.patch(f"{J}/nope", json=example["value"], headers=admin)
+            assert response.status_code == 404, response.text
+
+
+async def test_openapi_types_the_schedule_bodies_with_the_schedule_model(
+    settings: Settings,
+) -> None:
+    async with running_api(settings) as client:
+        schema = (await client.get("/openapi.json")).json()
+    operations = schema["paths"][J]["post"], schema["paths"][f"{J}/{{name}}"]["patch"]
+    names = ("ScheduledJobCreate", "ScheduledJobUpdate")
+    for operation, model in zip(operations, names, strict=True):
+        body = operation["requestBody"]["content"]["application/json"]
+        assert body["schema"] == {"$ref": f"#/components/schemas/{model}"}
+        assert body["examples"]
+    create = schema["components"]["schemas"]["ScheduledJobCreate"]
+    assert create["required"] == ["name", "scanner", "recurrence"]
+    assert set(create["properties"]) == set(Schedule.model_fields) - {"id"}
+    assert "required" not in schema["components"]["schemas"]["ScheduledJobUpdate"]

@@ -1,0 +1,112 @@
+// Hosts: a filtered list a page at a time, and one host with its history and actions.
+import { P, api, get, may, query } from "./api.js";
+import { attempt, badge, fill, h, table, when } from "./dom.js";
+
+const STATES = ["", "unknown", "critical", "low", "partial", "mostly_compliant", "compliant",
+  "maintenance"];
+
+export async function hostsView({ main, params }) {
+  const filters = {
+    state: params.get("state") || "",
+    maintenance: params.get("maintenance") || "",
+    overdue: params.get("overdue") || "",
+    failing: params.get("failing") || "",
+    organization: params.get("organization") || "",
+    label: params.getAll("label"),
+    cursor: params.get("cursor") || "",
+  };
+  const page = await get(`${P}/hosts${query({ ...filters, limit: 50 })}`);
+  const choice = (name, options) => h("select", { name },
+    options.map((value) => h("option", { value, selected: filters[name] === value },
+      value || "any")));
+  const form = h("form", { className: "filters", id: "host-filters" },
+    h("label", {}, "State", choice("state", STATES)),
+    h("label", {}, "Maintenance", choice("maintenance", ["", "true", "false"])),
+    h("label", {}, "Overdue", choice("overdue", ["", "true", "false"])),
+    h("label", {}, "Last scan failed", choice("failing", ["", "true", "false"])),
+    h("label", {}, "Organization", h("input", { name: "organization", value: filters.organization })),
+    h("label", {}, "Label (key=value)", h("input", { name: "label", value: filters.label[0] || "" })),
+    h("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const values = Object.fromEntries(new FormData(form));
+    location.hash = `#/hosts${query(values)}`;
+  });
+  const next = page.next_cursor
+    ? h("a", { href: `#/hosts${query({ ...filters, cursor: page.next_cursor })}` }, "Next page →")
+    : null;
+  fill(main,
+    h("h1", {}, `Hosts (${page.count})`), form,
+    table(["host", "hostname", "organization", "state", "score", "next scan", "in flight",
+      "maintenance", "status"], page.data.map((host) => [
+      h("a", { href: `#/hosts/${encodeURIComponent(host.host_id)}` }, host.host_id),
+      host.hostname || "", host.organization || "", badge(host.state),
+      host.score === null ? "—" : host.score, when(host.next_scheduled_scan),
+      host.in_flight_command_id ? "yes" : "", host.maintenance_mode ? "yes" : "",
+      badge(host.status)]), "No host matches."),
+    next);
+}
+
+function historyRow(entry) {
+  if (entry.kind === "command") {
+    return [when(entry.issued_at), "command", `${entry.reason} → ${entry.scanner}`,
+      entry.outcome || "in flight", entry.command_id];
+  }
+  return [when(entry.completed_at), "result", `${entry.status} score ${entry.score ?? "—"}`,
+    entry.error || `${entry.failed} failed / ${entry.passed} passed`, entry.command_id];
+}
+
+export async function hostView({ main, session, args: [hostId] }) {
+  const path = `${P}/hosts/${encodeURIComponent(hostId)}`;
+  const [host, history] = await Promise.all([get(path), get(`${path}/history?limit=20`)]);
+  const result = h("div", { id: "action-result" });
+  const actions = [];
+  if (may(session.role, "SECURITY_ANALYST")) {
+    const hours = h("input", { type: "number", min: 1, max: 168, name: "duration_hours",
+      placeholder: "hours (optional)" });
+    actions.push(
+      h("button", { id: "force-scan", onclick: () => attempt(result,
+        () => api("POST", `${path}/force-scan`), "Force scan requested.") }, "Force scan"),
+      host.maintenance_mode
+        ? h("button", { id: "end-maintenance", onclick: () => attempt(result,
+          () => api("PUT", `${path}/maintenance`, { enabled: false }),
+          "Maintenance end requested.") }, "End maintenance")
+        : h("span", {}, hours, " ", h("button", { id: "start-maintenance", onclick: () => {
+          const body = { enabled: true };
+          if (hours.value) body.duration_hours = Number(hours.value);
+          return attempt(result, () => api("PUT", `${path}/maintenance`, body),
+            "Maintenance requested.");
+        } }, "Put in maintenance")));
+  }
+  const rows = history.data.map(historyRow);
+  const more = h("div");
+  let cursor = history.next_cursor;
+  const list = table(["when", "kind", "what", "outcome", "command"], rows, "No history yet.");
+  if (cursor) {
+    more.append(h("button", { className: "secondary", onclick: async (event) => {
+      const page = await get(`${path}/history${query({ limit: 20, cursor })}`);
+      const body = list.querySelector("tbody");
+      for (const cells of page.data.map(historyRow)) {
+        body.append(h("tr", {}, cells.map((cell) => h("td", {}, cell))));
+      }
+      cursor = page.next_cursor;
+      if (!cursor) event.target.remove();
+    } }, "Older entries"));
+  }
+  fill(main,
+    h("h1", {}, `Host ${host.host_id}`, host.hostname ? ` (${host.hostname})` : ""),
+    h("div", { className: "actions" }, actions), result,
+    table(["", ""], [
+      ["state", badge(host.state)], ["score", host.score ?? "—"],
+      ["upcoming scan", when(host.next_scheduled_scan)],
+      ["command in flight", host.in_flight_command_id || "none"],
+      ["interval", `${host.current_interval_minutes} min`], ["priority", host.scan_priority],
+      ["last scan", when(host.last_scan_completed)], ["last error", host.last_error || "—"],
+      ["failures in a row", host.consecutive_scan_failures],
+      ["maintenance", host.maintenance_mode ? h("span", {}, "yes, until ",
+        when(host.maintenance_until)) : "no"],
+      ["organization", host.organization || "—"],
+      ["labels", Object.entries(host.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
+      ["active / status", `${host.is_active ? "active" : "inactive"} / ${host.status}`]]),
+    h("h2", {}, `History (${history.count})`), list, more);
+}

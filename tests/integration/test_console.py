@@ -1,0 +1,236 @@
+"""The web console in a real headless Chromium, against a real worker, PostgreSQL and API.
+
+Debian's `chromium` and `chromium-driver` are driven by selenium; scripts/setup.sh installs
+them in CI. Elsewhere the test is skipped when they are missing, never in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from api.main import create_app
+from kairos.settings import Settings
+from schemas.api import Role
+from tests.integration.test_api import P, bearer, closed_port, prepare
+from tests.integration.test_api_worker import eventually
+from tests.support.agents import ScannerFleet
+from tests.support.factories import host_created
+from tests.support.kafka import publish, start_producer
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
+J = "/api/scheduled-jobs"
+SCORES = {"web-1": 100.0, "web-2": 92.0, "db-1": 75.0, "db-2": 35.0, "mail-1": 10.0}
+"""One host per compliance state; `edge-1` fails its scan."""
+WAIT = 20
+
+
+def _chromium() -> tuple[str, str]:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if browser and driver:
+        return browser, driver
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI must run the console test: scripts/setup.sh installs chromium here")
+    pytest.skip("no chromium + chromedriver (apt-get install chromium chromium-driver)")
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[str]:
+    """The API on a real local port (uvicorn in a thread), for the browser to reach."""
+    port = closed_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() - started < WAIT, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=WAIT)
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser, driver_path = _chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--window-size=1280,1100", "--disable-gpu"):  # fmt: skip
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shown(driver: Any, css: str, holds: Callable[[Any], bool] = lambda element: True) -> Any:
+    """The first element matching `css` once `holds(element)`; fails after WAIT seconds."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    started = time.monotonic()
+    while True:
+        try:
+            for element in driver.find_elements(By.CSS_SELECTOR, css):
+                if element.is_displayed() and holds(element):
+                    return element
+        except StaleElementReferenceException:
+            pass  # The view re-rendered under us; look again.
+        if time.monotonic() - started > WAIT:
+            body = driver.find_element(By.TAG_NAME, "body").text[:2000]
+            raise AssertionError(f"{css} never showed as expected; the page says:\n{body}")
+        time.sleep(0.1)
+
+
+def sign_in(driver: Any, base: str, token: str) -> None:
+    driver.get(f"{base}/")
+    field = shown(driver, "#token")
+    field.send_keys(token)
+    shown(driver, "#sign-in button").click()
+    shown(driver, "#who", lambda element: "Sign out" in element.text)
+
+
+async def _seed_fleet(settings: Settings, admin: dict[str, str]) -> None:
+    """Six hosts scanned once each by simulated scanners: a fleet in every state."""
+
+    def score_for(command: dict[str, Any]) -> float | None:
+        return SCORES.get(command["host_id"])
+
+    producer = await start_producer(settings)
+    try:
+        for host_id in [*SCORES, "edge-1"]:
+            labels = {"env": "prod" if host_id.startswith("web") else "lab"}
+            event = host_created(host_id, organization="acme", labels=labels)
+            await publish(producer, settings.topics.object_created, host_id, event)
+    finally:
+        await producer.stop()
+    app = create_app(settings)
+    async with app.router.lifespan_context(app), ScannerFleet(settings, score_for=score_for):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kairos") as client:
+            for host_id in [*SCORES, "edge-1"]:
+                await eventually(
+                    client,
+                    f"{P}/hosts/{host_id}",
+                    admin,
+                    lambda body: body["latest_scan"] is not None,
+                    timeout=60,
+                )
+
+
+async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
+    settings: Settings, workers
+) -> None:
+    _chromium()  # Skip before starting anything when there is no browser.
+    tokens = await prepare(settings)
+    workers(settings)
+    admin = bearer(tokens[Role.SECURITY_ADMIN])
+    await _seed_fleet(settings, admin)
+    from selenium.webdriver.common.by import By
+
+    with serving(settings) as base, chromium() as driver:
+        # Swagger UI renders from packaged assets (this browser's page loads nothing else).
+        driver.get(f"{base}/docs")
+        shown(driver, ".swagger-ui .info .title", lambda element: "Kairos" in element.text)
+
+        # A guest sees the data but none of the actions.
+        sign_in(driver, base, tokens[Role.GUEST])
+        shown(driver, "#fleet-cards", lambda element: "6\nhosts" in element.text)
+        driver.get(f"{base}/#/schedules")
+        shown(driver, "h1", lambda element: element.text.startswith("Schedules"))
+        assert not driver.find_elements(By.CSS_SELECTOR, "#new-schedule")
+        assert not driver.find_elements(By.CSS_SELECTOR, "a[href='#/dead-letters']:not([hidden])")
+        shown(driver, "#sign-out").click()
+
+        sign_in(driver, base, tokens[Role.SECURITY_ADMIN])
+        cards = shown(driver, "#fleet-cards", lambda element: "6\nhosts" in element.text)
+        assert "in flight / cap" in cards.text and "dead letters" in cards.text
+        shown(driver, "table", lambda element: "critical" in element.text)
+        # Recent failures: edge-1's scan failed.
+        shown(driver, "a[href='#/hosts/edge-1']", lambda element: element.text == "edge-1")
+
+        driver.get(f"{base}/#/hosts?state=critical")
+        shown(driver, "h1", lambda element: element.text == "Hosts (1)")
+        shown(driver, "a[href='#/hosts/mail-1']").click()
+        shown(driver, "h1", lambda element: element.text.startswith("Host mail-1"))
+        assert shown(driver, "#force-scan").is_enabled()
+
+        # A bad expression: the API's 422 shows next to the recurrence field.
+        driver.get(f"{base}/#/schedules/new")
+        form = shown(driver, "#schedule-form")
+        form.find_element(By.NAME, "name").send_keys("nightly-web")
+        form.find_element(By.NAME, "scanner").send_keys("nmap")
+        expression = form.find_element(By.NAME, "expression")
+        expression.send_keys("61 3 * * *")
+        form.find_element(By.NAME, "filter").send_keys(
+            '{"field": "labels.env", "op": "eq", "value": "prod"}'
+        )
+        shown(driver, "#save-schedule").click()
+        error = shown(driver, "#error-recurrence", lambda element: "out of range" in element.text)
+        assert "61" in error.text
+
+        expression.clear()
+        expression.send_keys("0 3 * * *")
+        shown(driver, "#save-schedule").click()
+        shown(driver, "h1", lambda element: element.text.startswith("Schedule nightly-web"))
+        assert len(shown(driver, "#next-fire-times").find_elements(By.TAG_NAME, "li")) == 5
+        # Run now: the worker runs it over the two prod hosts; the history shows the run.
+        shown(driver, "#run-now").click()
+        shown(driver, "#action-result", lambda element: "Run requested" in element.text)
+        started = time.monotonic()
+        while "1 fired" not in shown(driver, "#runs p").text:
+            assert time.monotonic() - started < WAIT, shown(driver, "#runs").text
+            time.sleep(0.5)
+            driver.refresh()
+        run = shown(driver, "#runs tbody tr").find_elements(By.TAG_NAME, "td")
+        assert [cell.text for cell in run[3:6]] == ["fired", "2", "2"]  # outcome, hosts, commands
+
+        driver.get(f"{base}/#/schedules")
+        toggle = shown(driver, "input.toggle[data-name='nightly-web']")
+        assert toggle.is_selected()
+        toggle.click()
+        # The page re-reads the schedule until the projection shows the change.
+        row = shown(
+            driver,
+            "#schedules tbody tr",
+            lambda element: "nightly-web" in element.text and "disabled" in element.text,
+        )
+        assert "labels.env" in row.text
+        assert not shown(driver, "input.toggle[data-name='nightly-web']").is_selected()
+
+        driver.get(f"{base}/#/")
+        shown(driver, "#fleet-cards", lambda element: "6\nhosts" in element.text)
+        shown(driver, "table", lambda element: "critical" in element.text)
+        driver.save_screenshot(str(SCREENSHOT))
+
+    # The browser's changes, checked against the API itself.
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kairos") as client:
+            job = (await client.get(f"{J}/nightly-web", headers=admin)).json()
+    assert job["enabled"] is False
+    assert job["definition"]["recurrence"] == {"kind": "cron", "expression": "0 3 * * *"}
+    assert job["definition"]["targets"]["filter"]["value"] == "prod"
