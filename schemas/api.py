@@ -10,6 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 
 from schemas.base import CommandReason, ComplianceState, Contract, HostStatus, Timestamp
 from schemas.config import ConfigChanges, SchedulerConfig
+from schemas.events import ObjectAttributes
 
 
 class Role(IntEnum):
@@ -169,17 +170,12 @@ class MaintenanceUpdate(Contract):
 # --- hosts ---------------------------------------------------------------------------------
 
 
-class HostCreate(Contract):
-    """A host to schedule: published as an `object-created` event of type `host`."""
+class HostCreate(ObjectAttributes):
+    """A host to schedule: published as an `object-created` event of type `host`, whose
+    attributes (and their size limits) it shares."""
 
     host_id: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00]*$")
-    hostname: str | None = Field(default=None, max_length=255)
-    ip: str | None = Field(default=None, max_length=255)
-    os: str | None = Field(default=None, max_length=255)
-    organization: str | None = Field(default=None, max_length=255)
-    labels: dict[str, str] = Field(default_factory=dict)
     is_active: StrictBool = True
-    status: HostStatus = HostStatus.UP
 
 
 class HostPublic(Contract):

@@ -100,13 +100,16 @@ def test_api_answers_as_documented_to_every_role(case: Any, api_app: DeferredApp
         "POST",
         "PATCH",
     )
+    # An import body is CSV or JSON lines inside a string: the schema can say "a string", not
+    # "a header naming id, then one row per host", so a schema-valid made-up body is a 422.
+    free_form_import = case.path.endswith("/hosts:import")
     # Methods an operation does not have (schemathesis tries TRACE and the like) expect 405
     # from any caller; those and the open operations are sent once.
     needed = NEEDED.get((case.method.upper(), case.path))
     for role in Role if needed is not None else [Role.GUEST]:
         allowed = needed is None or role >= needed
         # Valid data is rightly refused to a role below the operation's (403).
-        refusable = not allowed or made_up_cursor or free_form_schedule
+        refusable = not allowed or made_up_cursor or free_form_schedule or free_form_import
         response = case.call_and_validate(
             headers=bearer(TOKENS[role]),
             excluded_checks=[positive_data_acceptance] if refusable else None,
