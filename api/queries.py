@@ -512,7 +512,8 @@ _SCHEDULE_SELECT = (
     "SELECT schedule_id, name, definition, status, enabled, paused, pause_note,"
     " disabled_reason, is_system, next_fire_at, last_fired_at, last_success_at, runs,"
     " skipped_runs, failed_runs, consecutive_failures, last_error, version, created_at,"
-    " updated_at FROM schedules"
+    " updated_at, incarnation, succeeded_runs, partially_failed_runs, dropped_occurrences"
+    " FROM schedules"
 )
 
 
@@ -535,32 +536,39 @@ async def get_schedule(conn: psycopg.AsyncConnection, *, name: str) -> Row | Non
     )
 
 
+_RUNS_OF = "schedule_runs WHERE schedule_id = %(id)s AND incarnation = %(incarnation)s"
+"""The runs of one incarnation: a schedule created again under a deleted one's name has its own."""
+
+
 async def list_schedule_runs(
-    conn: psycopg.AsyncConnection, *, schedule_id: str, limit: int
+    conn: psycopg.AsyncConnection, *, schedule_id: str, incarnation: str, limit: int
 ) -> tuple[list[Row], int]:
     """The latest runs of one schedule, newest first, and how many it has had."""
+    params = {"id": schedule_id, "incarnation": incarnation, "limit": limit}
     rows = await _rows(
         conn,
         "SELECT occurrence, attempt, reason, fired_at, outcome, error, hosts_matched,"
-        " commands_issued FROM schedule_runs WHERE schedule_id = %(id)s"
-        " ORDER BY fired_at DESC, occurrence DESC LIMIT %(limit)s",
-        {"id": schedule_id, "limit": limit},
+        " commands_issued, commands_succeeded, commands_failed, skip_reason, skipped_hosts"
+        f" FROM {_RUNS_OF} ORDER BY fired_at DESC, occurrence DESC LIMIT %(limit)s",
+        params,
     )
-    count = await _count(
-        conn, "SELECT count(*) FROM schedule_runs WHERE schedule_id = %(id)s", {"id": schedule_id}
-    )
+    count = await _count(conn, f"SELECT count(*) FROM {_RUNS_OF}", params)
     return rows, count
 
 
-async def schedule_run_stats(conn: psycopg.AsyncConnection, *, schedule_id: str) -> Row:
-    """Runs of one schedule by outcome: total, fired, skipped, failed."""
+_RUN_OUTCOMES = ("fired", "skipped", "succeeded", "partially_failed", "failed", "dropped")
+
+
+async def schedule_run_stats(
+    conn: psycopg.AsyncConnection, *, schedule_id: str, incarnation: str
+) -> Row:
+    """Runs of one schedule by outcome: total and one count per outcome."""
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE outcome = '{outcome}') AS {outcome}" for outcome in _RUN_OUTCOMES
+    )
     row = await _one(
         conn,
-        "SELECT count(*) AS total,"
-        " count(*) FILTER (WHERE outcome = 'fired') AS fired,"
-        " count(*) FILTER (WHERE outcome = 'skipped') AS skipped,"
-        " count(*) FILTER (WHERE outcome = 'failed') AS failed"
-        " FROM schedule_runs WHERE schedule_id = %(id)s",
-        {"id": schedule_id},
+        f"SELECT count(*) AS total, {counts} FROM {_RUNS_OF}",
+        {"id": schedule_id, "incarnation": incarnation},
     )
-    return row or {"total": 0, "fired": 0, "skipped": 0, "failed": 0}
+    return row or {"total": 0, **dict.fromkeys(_RUN_OUTCOMES, 0)}
