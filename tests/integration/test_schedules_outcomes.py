@@ -219,3 +219,36 @@ async def test_every_occurrence_leaves_a_trace(make_settings, workers) -> None:
     skipped = bench.log.runs("all-down")
     assert {r.skip_reason for r in skipped} == {"all_down"}
     assert all(r.skipped_hosts == {"down": 1} for r in skipped)
+
+
+async def test_a_schedule_of_the_adaptive_scanner_skips_a_host_busy_with_its_adaptive_scan(
+    make_settings, workers
+) -> None:
+    settings = make_settings()
+    workers(settings)
+    # Agents leave the adaptive scanner's commands unanswered: the host's own scan stays in
+    # flight.
+    silent = "compliance"
+    async with schedule_harness(settings, answer=lambda c: c["scanner"] != silent) as bench:
+        await bench.configure(initial_spread_seconds=0, scan_timeout_seconds=LONG_SCAN_TIMEOUT)
+        await bench.add_hosts("shared-1")
+
+        def adaptive_in_flight() -> bool:
+            return any(
+                c["host_id"] == "shared-1" and c.get("schedule_id") is None
+                for c in bench.fleet.commands
+            )
+
+        await wait_until(adaptive_in_flight, timeout=30, what="the host's adaptive scan")
+        await bench.upsert(
+            "extra", scanner=silent, recurrence=ON_DEMAND, targets={"object_ids": ["shared-1"]}
+        )
+        await bench.wait_for_schedules("extra")
+        await bench.send_change(schedule_triggered("extra"))
+        await wait_until(
+            lambda: bool(bench.log.runs("extra")), timeout=30, what="the triggered run"
+        )
+    (run,) = bench.log.runs("extra")
+    assert (run.outcome, run.commands_issued, run.skip_reason) == ("skipped", 0, "all_busy")
+    assert run.skipped_hosts == {"busy": 1}
+    assert bench.commands("extra") == []
