@@ -20,6 +20,8 @@ from psycopg.rows import dict_row
 
 from api.pagination import CursorKey
 from kairos.db import DatabaseUnavailable
+from kairos.forecast import HostLoad, ScheduledLoad
+from kairos.recurrence import next_occurrences
 from schemas.api import (
     CommandDetailPublic,
     CommandPublic,
@@ -34,6 +36,7 @@ from schemas.api import (
 from schemas.base import ComplianceState
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.config import SchedulerConfig
+from schemas.schedules import Schedule
 
 QUERY_TIMEOUT_SECONDS = 5.0
 """Client-side limit on one statement; the pool sets the same as statement_timeout."""
@@ -518,7 +521,8 @@ _SCHEDULE_SELECT = (
     "SELECT schedule_id, name, definition, status, enabled, paused, pause_note,"
     " disabled_reason, is_system, next_fire_at, last_fired_at, last_success_at, runs,"
     " skipped_runs, failed_runs, consecutive_failures, last_error, version, created_at,"
-    " updated_at FROM schedules"
+    " updated_at, incarnation, succeeded_runs, partially_failed_runs, dropped_occurrences"
+    " FROM schedules"
 )
 
 
@@ -541,34 +545,135 @@ async def get_schedule(conn: psycopg.AsyncConnection, *, name: str) -> Row | Non
     )
 
 
+_RUNS_OF = "schedule_runs WHERE schedule_id = %(id)s AND incarnation = %(incarnation)s"
+"""The runs of one incarnation: a schedule created again under a deleted one's name has its own."""
+
+
 async def list_schedule_runs(
-    conn: psycopg.AsyncConnection, *, schedule_id: str, limit: int, offset: int = 0
+    conn: psycopg.AsyncConnection,
+    *,
+    schedule_id: str,
+    incarnation: str,
+    limit: int,
+    offset: int = 0,
 ) -> tuple[list[Row], int]:
-    """The latest runs of one schedule, newest first (skipping `offset`), and how many it
-    has had."""
+    """The latest runs of one incarnation of a schedule, newest first (skipping `offset`), and
+    how many it has had."""
+    params = {"id": schedule_id, "incarnation": incarnation, "limit": limit, "offset": offset}
     rows = await _rows(
         conn,
         "SELECT occurrence, attempt, reason, fired_at, outcome, error, hosts_matched,"
-        " commands_issued FROM schedule_runs WHERE schedule_id = %(id)s"
-        " ORDER BY fired_at DESC, occurrence DESC, attempt DESC"
+        " commands_issued, commands_succeeded, commands_failed, skip_reason, skipped_hosts"
+        f" FROM {_RUNS_OF} ORDER BY fired_at DESC, occurrence DESC, attempt DESC"
         " LIMIT %(limit)s OFFSET %(offset)s",
-        {"id": schedule_id, "limit": limit, "offset": offset},
+        params,
     )
-    count = await _count(
-        conn, "SELECT count(*) FROM schedule_runs WHERE schedule_id = %(id)s", {"id": schedule_id}
-    )
+    count = await _count(conn, f"SELECT count(*) FROM {_RUNS_OF}", params)
     return rows, count
 
 
-async def schedule_run_stats(conn: psycopg.AsyncConnection, *, schedule_id: str) -> Row:
-    """Runs of one schedule by outcome: total, fired, skipped, failed."""
+_RUN_OUTCOMES = ("fired", "skipped", "succeeded", "partially_failed", "failed", "dropped")
+
+
+async def schedule_run_stats(
+    conn: psycopg.AsyncConnection, *, schedule_id: str, incarnation: str
+) -> Row:
+    """Runs of one schedule by outcome: total and one count per outcome."""
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE outcome = '{outcome}') AS {outcome}" for outcome in _RUN_OUTCOMES
+    )
     row = await _one(
         conn,
-        "SELECT count(*) AS total,"
-        " count(*) FILTER (WHERE outcome = 'fired') AS fired,"
-        " count(*) FILTER (WHERE outcome = 'skipped') AS skipped,"
-        " count(*) FILTER (WHERE outcome = 'failed') AS failed"
-        " FROM schedule_runs WHERE schedule_id = %(id)s",
-        {"id": schedule_id},
+        f"SELECT count(*) AS total, {counts} FROM {_RUNS_OF}",
+        {"id": schedule_id, "incarnation": incarnation},
     )
-    return row or {"total": 0, "fired": 0, "skipped": 0, "failed": 0}
+    return row or {"total": 0, **dict.fromkeys(_RUN_OUTCOMES, 0)}
+
+
+# --- capacity forecast ---------------------------------------------------------------------
+
+FORECAST_DURATIONS_MEASURED = 1000
+"""The newest successful scans whose durations give the forecast's p50 and p90."""
+
+
+async def forecast_inputs(
+    conn: psycopg.AsyncConnection, *, now: datetime, hours: int
+) -> dict[str, Any]:
+    """What `kairos.forecast.forecast` needs, read from the read model.
+
+    Hosts: every scannable host (a host with a command in flight counts as due at its
+    scheduled time: a little pessimistic). Schedules: each enabled, unpaused schedule's
+    occurrences in the horizon, with as many commands as its latest run matched hosts (its
+    static ids before it has run). Durations: the newest successful scans. The promise is
+    `max_interval_minutes` (48 h by default), as `/status`'s past_promise counts it.
+    """
+    hosts = [
+        HostLoad(
+            host_id=row["host_id"],
+            due_at=row["next_scheduled_scan"],
+            interval=timedelta(minutes=max(int(row["current_interval_minutes"] or 0), 1)),
+            last_scan_completed=row["last_scan_completed"],
+            priority=int(row["scan_priority"] or 5),
+        )
+        for row in await _rows(
+            conn,
+            "SELECT host_id, next_scheduled_scan, current_interval_minutes, last_scan_completed,"
+            f" scan_priority FROM host_schedule WHERE {_SCANNABLE}"
+            " AND next_scheduled_scan IS NOT NULL",
+            {},
+        )
+    ]
+    durations = [
+        float(row["seconds"])
+        for row in await _rows(
+            conn,
+            "SELECT extract(epoch FROM completed_at - started_at)::float8 AS seconds"
+            " FROM scan_results WHERE status = 'succeeded' AND started_at IS NOT NULL"
+            " AND completed_at > started_at ORDER BY completed_at DESC LIMIT %(limit)s",
+            {"limit": FORECAST_DURATIONS_MEASURED},
+        )
+    ]
+    config = await get_config(conn)
+    return {
+        "hosts": hosts,
+        "scheduled": await _scheduled_load(conn, now=now, hours=hours),
+        "max_concurrent_scans": config.max_concurrent_scans,
+        "scan_seconds": durations,
+        "promise": timedelta(minutes=config.max_interval_minutes),
+    }
+
+
+async def _scheduled_load(
+    conn: psycopg.AsyncConnection, *, now: datetime, hours: int
+) -> list[ScheduledLoad]:
+    rows = await _rows(
+        conn,
+        "SELECT s.schedule_id, s.definition, s.runs, r.hosts_matched FROM schedules s"
+        " LEFT JOIN LATERAL (SELECT hosts_matched FROM schedule_runs"
+        " WHERE schedule_id = s.schedule_id AND incarnation = s.incarnation"
+        " AND outcome <> 'dropped' ORDER BY fired_at DESC LIMIT 1) r ON true"
+        " WHERE NOT s.deleted AND s.enabled AND NOT s.paused",
+        {},
+    )
+    horizon = now + timedelta(hours=hours)
+    loads = []
+    for row in rows:
+        schedule = Schedule.model_validate(row["definition"])
+        commands = row["hosts_matched"]
+        if commands is None:
+            commands = len(schedule.targets.object_ids or ())
+        if not commands:
+            continue
+        upcoming = next_occurrences(
+            schedule, now, count=FORECAST_OCCURRENCES, runs_so_far=int(row["runs"])
+        )
+        loads.extend(
+            ScheduledLoad(row["schedule_id"], o.fire_at, int(commands), schedule.priority)
+            for o in upcoming
+            if o.fire_at < horizon
+        )
+    return loads
+
+
+FORECAST_OCCURRENCES = 2_000
+"""Occurrences per schedule the forecast looks at (a schedule every minute fills 33 h)."""

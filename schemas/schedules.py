@@ -579,6 +579,14 @@ class Schedule(Contract):
         "the time between occurrences.",
     )
     max_retries: int = Field(default=5, ge=0, le=100)
+    failure_threshold: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="A run whose failed commands exceed this share of its ended commands "
+        "(or are all of them) fails: backoff, retry, self-disable after max_retries. Below it "
+        "the run is partially_failed, which is not a failure of the schedule.",
+    )
 
     @field_validator("args")
     @classmethod
@@ -639,7 +647,12 @@ class ScheduleUpserted(_ScheduleChange):
 
 
 class ScheduleDeleted(_ScheduleChange):
+    """Deletes the schedule. A system schedule only with `system` set (SUPER_ADMIN's delete)."""
+
     type: Literal["schedule.deleted"] = "schedule.deleted"
+    system: bool = Field(
+        default=False, description="Set by the API for SUPER_ADMIN: may delete a system schedule."
+    )
 
 
 class ScheduleEnabled(_ScheduleChange):
@@ -673,6 +686,9 @@ class ScheduleTriggered(_ScheduleChange):
     """
 
     type: Literal["schedule.triggered"] = "schedule.triggered"
+    overlap: OverlapPolicy | None = Field(
+        default=None, description="The overlap policy for this request; None: the schedule's."
+    )
 
 
 class ScheduleBackfillRequested(_ScheduleChange):
@@ -681,6 +697,11 @@ class ScheduleBackfillRequested(_ScheduleChange):
     type: Literal["schedule.backfill_requested"] = "schedule.backfill_requested"
     start: Timestamp
     end: Timestamp
+    overlap: OverlapPolicy | None = Field(
+        default=None,
+        description="With runs in flight: skip drops the backfill, buffer_one keeps its latest "
+        "occurrence, allow (and None) queues them all behind the runs in flight.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> ScheduleBackfillRequested:
@@ -715,6 +736,8 @@ class RunOutcome(StrEnum):
     """Every command of the run finished without failure."""
     SKIPPED = "skipped"
     """The run found nothing to do (no targets). Never a failure, never retried."""
+    PARTIALLY_FAILED = "partially_failed"
+    """Some commands failed, no more than the schedule's failure_threshold: not a failure."""
     FAILED = "failed"
 
 
@@ -732,6 +755,12 @@ class RunPlan(Contract):
     attempt: int = Field(default=1, ge=1)
     manual: bool = False
     backfill: bool = False
+    backfill_id: str | None = Field(
+        default=None,
+        description="The backfill request this run belongs to; it keys the command ids, so a "
+        "backfilled occurrence that ran before gets commands of its own.",
+    )
+    incarnation: str | None = None
     object_id: str | None = None
     operation: Operation | None = None
     object_attributes: ObjectAttributes | None = None
@@ -754,11 +783,13 @@ class ActiveRun(Contract):
     attempt: int = Field(default=1, ge=1)
     manual: bool = False
     backfill: bool = False
+    backfill_id: str | None = None
     started_at: Timestamp
     host_ids: tuple[str, ...] | None = None
     dispatched: bool = False
     pending_commands: int = Field(default=0, ge=0, description="Commands not finished yet.")
     finished: int = 0
+    failed: int = Field(default=0, ge=0, description="Commands that failed or timed out.")
     failed_host_ids: tuple[str, ...] = ()
     failed_unattributed: bool = Field(
         default=False, description="A command failed without a host id: retry every target."
@@ -774,6 +805,7 @@ class PendingRetry(Contract):
     due_at: Timestamp
     manual: bool = False
     backfill: bool = False
+    backfill_id: str | None = None
     host_ids: tuple[str, ...] | None = None
 
 
@@ -795,6 +827,7 @@ class QueuedRun(Contract):
     occurrence: Timestamp
     due_at: Timestamp
     backfill: bool = False
+    backfill_id: str | None = None
 
 
 class ScheduleStatus(StrEnum):
@@ -823,8 +856,21 @@ class ScheduleState(Contract):
     last_fired_at: Timestamp | None = None
     last_success_at: Timestamp | None = None
     runs: int = Field(default=0, description="Recurrence runs started; max_runs counts these.")
+    incarnation: str | None = Field(
+        default=None,
+        description="The id of the event that created this schedule: a schedule deleted and "
+        "created again under the same name is another incarnation, with a history of its own.",
+    )
     skipped_runs: int = 0
+    succeeded_runs: int = 0
+    partially_failed_runs: int = 0
     failed_runs: int = 0
+    dropped_occurrences: dict[str, int] = Field(
+        default_factory=dict,
+        description="Occurrences that came due and did not run, by reason (overlap, missed, "
+        "coalesced, excluded, max_runs, already_running): Temporal's num_actions_skipped_overlap "
+        "and missed-catch-up counters.",
+    )
     consecutive_failures: int = 0
     last_error: str | None = None
     retry: PendingRetry | None = None
@@ -858,11 +904,22 @@ class ScheduleRunRecorded(Contract):
     occurrence: Timestamp
     attempt: int
     reason: str
-    outcome: Literal["fired", "skipped", "failed"]
+    outcome: Literal["fired", "skipped", "succeeded", "partially_failed", "failed", "dropped"]
     fired_at: Timestamp
     hosts_matched: int = 0
     commands_issued: int = 0
     error: str | None = None
+    incarnation: str | None = None
+    commands_succeeded: int = 0
+    commands_failed: int = 0
+    skip_reason: str | None = Field(
+        default=None,
+        description="Why a run was skipped (no_host_matched, all_busy, all_maintenance, ...) "
+        "or an occurrence dropped (overlap, missed, coalesced, excluded, max_runs...).",
+    )
+    skipped_hosts: dict[str, int] = Field(
+        default_factory=dict, description="Targeted hosts not scanned, by reason."
+    )
 
 
 STATE_UPCASTERS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}

@@ -43,6 +43,7 @@ from streams.policy.schedule_commands import (
     EndChoice,
     FanOutChoice,
     busy_key,
+    counted_once,
     end_choice,
     fan_out_choice,
     last_ended_key,
@@ -51,6 +52,8 @@ from streams.policy.schedule_commands import (
     marked_ended,
 )
 from streams.policy.schedules import (
+    ConcludedRun,
+    DroppedOccurrence,
     ScheduleDecision,
     decide_schedule,
     due_runs,
@@ -99,6 +102,9 @@ class ScheduleFanOutDone(Contract):
     partition: int
     issued: int
     skipped: int = 0
+    skipped_hosts: dict[str, int] = Field(
+        default_factory=dict, description="Targeted hosts not scanned, by reason."
+    )
 
 
 class ScheduleCommandEnded(Contract):
@@ -152,6 +158,25 @@ def _named_targets(schedule: Schedule, run: RunPlan) -> Iterable[str] | None:
 
 def _run_key(run: RunPlan) -> str:
     return f"{run.occurrence.isoformat()}/{run.attempt}"
+
+
+def _counted_key(schedule_id: str, host_id: str) -> str:
+    """Schedule side: the commands of this schedule on this host whose end was counted."""
+    return f"counted:{schedule_id}/{host_id}"
+
+
+DROPPED_RECORDS_PER_DECISION = 100
+"""Run records for dropped occurrences per decision; the state's counters count them all."""
+
+
+def skip_reason(skipped_hosts: dict[str, int]) -> str:
+    """Why a run issued nothing: no host matched, or all targeted hosts skipped for a reason."""
+    if not skipped_hosts:
+        return "no_host_matched"
+    if len(skipped_hosts) == 1:
+        (reason,) = skipped_hosts
+        return f"all_{reason}"
+    return "all_skipped:" + ",".join(sorted(skipped_hosts))
 
 
 class ScheduleStage:
@@ -293,8 +318,58 @@ class ScheduleStage:
             changed = changed or started_changed
         for event in decision.events:
             await self.changes.send(key=schedule_id.encode(), value=codec.encode(event))
+        incarnation = state.incarnation if state else None
+        await self._record_dropped(schedule_id, incarnation, decision.dropped, now)
+        await self._record_concluded(schedule_id, incarnation, decision.concluded, now)
         if changed:
             await self._store(schedule_id, before, state, now)
+
+    async def _record_dropped(
+        self,
+        schedule_id: str,
+        incarnation: str | None,
+        dropped: Iterable[DroppedOccurrence],
+        now: datetime,
+    ) -> None:
+        for number, occurrence in enumerate(dropped):
+            if number >= DROPPED_RECORDS_PER_DECISION:
+                self.counters["dropped_records_not_written"] += 1
+                continue
+            record = ScheduleRunRecorded(
+                schedule_id=schedule_id,
+                occurrence=occurrence.occurrence,
+                attempt=1,
+                reason="schedule",
+                outcome="dropped",
+                fired_at=now,
+                skip_reason=occurrence.reason,
+                incarnation=incarnation,
+            )
+            await self.runs.send(key=schedule_id.encode(), value=codec.encode(record))
+
+    async def _record_concluded(
+        self,
+        schedule_id: str,
+        incarnation: str | None,
+        concluded: Iterable[ConcludedRun],
+        now: datetime,
+    ) -> None:
+        for run in concluded:
+            record = ScheduleRunRecorded(
+                schedule_id=schedule_id,
+                occurrence=run.occurrence,
+                attempt=run.attempt,
+                reason="schedule",
+                outcome=run.outcome.value,
+                fired_at=run.started_at,
+                hosts_matched=run.commands,
+                commands_issued=run.commands,
+                commands_succeeded=run.commands - run.failed,
+                commands_failed=run.failed,
+                error=run.error,
+                incarnation=incarnation,
+            )
+            await self.runs.send(key=schedule_id.encode(), value=codec.encode(record))
 
     async def _store(
         self,
@@ -306,6 +381,9 @@ class ScheduleStage:
         if state is None:
             self.table.pop(schedule_id, None)
             self.fanouts.pop(schedule_id, None)
+            counted = _counted_key(schedule_id, "")
+            for key in [k for k in list(self.fanouts.keys()) if k.startswith(counted)]:
+                self.fanouts.pop(key, None)
         else:
             self.table[schedule_id] = state.model_dump_json(exclude_none=True).encode()
         version = state.version if state else (before.version + 1 if before else 0)
@@ -313,22 +391,6 @@ class ScheduleStage:
             schedule_id=schedule_id, version=version, state=state, changed_at=now
         )
         await self.records.send(key=schedule_id.encode(), value=codec.encode(change))
-        if before is not None and state is not None and state.failed_runs > before.failed_runs:
-            still = {(run.occurrence, run.attempt) for run in state.in_flight}
-            for run in before.in_flight:
-                if (run.occurrence, run.attempt) not in still:
-                    record = ScheduleRunRecorded(
-                        schedule_id=schedule_id,
-                        occurrence=run.occurrence,
-                        attempt=run.attempt,
-                        reason="schedule",
-                        outcome="failed",
-                        fired_at=run.started_at,
-                        hosts_matched=run.finished + run.pending_commands,
-                        commands_issued=run.finished + run.pending_commands,
-                        error=run.last_error or state.last_error,
-                    )
-                    await self.runs.send(key=schedule_id.encode(), value=codec.encode(record))
         self.due_index.set(schedule_id, wake_at(state) if state else None)
 
     async def _start(
@@ -343,7 +405,7 @@ class ScheduleStage:
             else list(range(self.partitions))
         )
         if not partitions:
-            return await self._dispatched(state, run, [], 0, now)
+            return await self._dispatched(state, run, 0, 0, now, {})
         if run.tracked:
             pending = self._pending(state.schedule.id)
             pending["runs"][_run_key(run)] = {
@@ -352,6 +414,7 @@ class ScheduleStage:
                 "parts": [],
                 "issued": 0,
                 "skipped": 0,
+                "skipped_hosts": {},
             }
             self.fanouts[schedule.id] = codec.dumps(pending)
         fan_out = codec.encode(ScheduleFanOut(schedule=schedule, run=run, expected=len(partitions)))
@@ -370,7 +433,7 @@ class ScheduleStage:
     ) -> None:
         run = done.run
         if not run.tracked:
-            await self._record_fired(run, done.issued, done.skipped, now)
+            await self._record_fired(run, done.issued, done.skipped, now, done.skipped_hosts)
             return
         if state is None:
             return
@@ -382,6 +445,9 @@ class ScheduleStage:
         entry["parts"].append(done.partition)
         entry["issued"] += done.issued
         entry["skipped"] += done.skipped
+        skipped_hosts = entry.setdefault("skipped_hosts", {})
+        for reason, count in done.skipped_hosts.items():
+            skipped_hosts[reason] = skipped_hosts.get(reason, 0) + count
         if len(entry["parts"]) < entry["expected"]:
             self.fanouts[state.schedule.id] = codec.dumps(pending)
             return
@@ -390,7 +456,9 @@ class ScheduleStage:
         early = [e for e in held if (e.occurrence, e.attempt) == (run.occurrence, run.attempt)]
         pending["early"] = [e.model_dump(mode="json") for e in held if e not in early]
         self.fanouts[state.schedule.id] = codec.dumps(pending)
-        after, changed = await self._dispatched(state, run, entry["issued"], entry["skipped"], now)
+        after, changed = await self._dispatched(
+            state, run, entry["issued"], entry["skipped"], now, entry.get("skipped_hosts", {})
+        )
         if changed:
             await self._store(state.schedule.id, state, after, now)
         for ended in early:
@@ -403,18 +471,29 @@ class ScheduleStage:
         issued: int,
         skipped: int,
         now: datetime,
+        skipped_hosts: dict[str, int],
     ) -> tuple[ScheduleState, bool]:
-        await self._record_fired(run, issued, skipped, now)
+        await self._record_fired(run, issued, skipped, now, skipped_hosts)
         decision = run_dispatched(state, run, issued, now=now)
         after = decision.state
         assert after is not None
         changed = decision.changed
+        # A run that issued nothing was recorded as skipped just above.
+        ended = [
+            c
+            for c in decision.concluded
+            if (c.occurrence, c.attempt) != (run.occurrence, run.attempt)
+        ]
+        await self._record_dropped(state.schedule.id, after.incarnation, decision.dropped, now)
+        await self._record_concluded(state.schedule.id, after.incarnation, ended, now)
         for released in decision.runs:
             after, started_changed = await self._start(after, released, now)
             changed = changed or started_changed
         return after, changed
 
-    async def _record_fired(self, run: RunPlan, issued: int, skipped: int, now: datetime) -> None:
+    async def _record_fired(
+        self, run: RunPlan, issued: int, skipped: int, now: datetime, skipped_hosts: dict[str, int]
+    ) -> None:
         record = ScheduleRunRecorded(
             schedule_id=run.schedule_id,
             occurrence=run.occurrence,
@@ -424,6 +503,9 @@ class ScheduleStage:
             fired_at=now,
             hosts_matched=issued + skipped,
             commands_issued=issued,
+            incarnation=run.incarnation,
+            skip_reason=None if issued else skip_reason(skipped_hosts),
+            skipped_hosts=skipped_hosts,
         )
         await self.runs.send(key=run.schedule_id.encode(), value=codec.encode(record))
 
@@ -431,6 +513,14 @@ class ScheduleStage:
         self, state: ScheduleState | None, ended: ScheduleCommandEnded, now: datetime
     ) -> None:
         if state is None:
+            return
+        counted = _counted_key(state.schedule.id, ended.host_id)
+        stored = self.fanouts.get(counted)
+        recent: list[str] = json.loads(stored) if stored else []
+        fresh, remembered = counted_once(recent, ended.command_id)
+        if not fresh:
+            # A replayed end report (killed after the report, before the offset commit).
+            self.counters["duplicate_schedule_end_report"] += 1
             return
         decision = run_finished(
             state,
@@ -447,6 +537,8 @@ class ScheduleStage:
             pending["early"].append(ended.model_dump(mode="json"))
             self.fanouts[state.schedule.id] = codec.dumps(pending)
             return
+        if decision.ignored is None:
+            self.fanouts[counted] = codec.dumps(list(remembered))
         await self._settle(state.schedule.id, state, decision, now)
 
     # --- the host side of a fan-out ----------------------------------------------------
@@ -465,13 +557,30 @@ class ScheduleStage:
         selection = select_targets(schedule, run, hosts, now=now, last_scan_by_scanner=last_scans)
         mine = [h for h in selection.host_ids if partition_of(h, self.partitions) == partition]
         states = {host.host_id: host.state for host in hosts}
+        # The adaptive schedule's command in flight occupies the adaptive scanner too.
+        adaptive_busy = {
+            host.host_id
+            for host in hosts
+            if scanner == ADAPTIVE_SCANNER and host.in_flight is not None
+        }
+        skipped_hosts = Counter(
+            reason.value for host_id, reason in selection.skipped.items()
+            if partition_of(host_id, self.partitions) == partition
+        )  # fmt: skip
         issued = 0
         for request in dispatch_requests(schedule, run, mine, states=states):
             entry = self._entry(request.command_id)
             busy = busy_key(request.host_id, scanner)
             held = self.commands.get(busy)
-            choice = fan_out_choice(entry, held.decode() if held is not None else None)
+            holder = self._entry(held.decode()) if held is not None else None
+            choice = fan_out_choice(
+                entry, held.decode() if held is not None else None, busy_entry=holder
+            )
+            if entry is None and request.host_id in adaptive_busy:
+                choice = FanOutChoice.BUSY
             if choice is FanOutChoice.BUSY:
+                skipped_hosts["busy"] += 1
+                self.counters["skipped_busy"] += 1
                 continue
             issued += 1
             if choice is FanOutChoice.ENDED:
@@ -493,7 +602,8 @@ class ScheduleStage:
             run=run,
             partition=partition,
             issued=issued,
-            skipped=len(selection.host_ids) - issued,
+            skipped=len(mine) - issued,
+            skipped_hosts=dict(skipped_hosts),
         )
         await self._signal(schedule.id, done)
 

@@ -4,6 +4,11 @@ Reads come from the read model (`schedules`, `schedule_runs`); every change is p
 a `schedule.*` event keyed by the schedule id, answered 202 + event id. The schedule's name
 is its id, so names are unique by construction (and by a unique index in the projection).
 
+Optimistic concurrency: GET /{name} answers an `ETag` naming the schedule's incarnation and
+version; PATCH and DELETE with `If-Match` answer 412 when the schedule has changed since.
+System schedules (`is_system`) are created, changed, paused, resumed, enabled, disabled and
+deleted by SUPER_ADMIN only.
+
 Recurrences are checked for meaning here with `kairos.recurrence.schedule_problem`
 (kairos.cron and dateutil; `schemas` may only use pydantic and the standard library, so the
 check cannot live there). That module is calendar arithmetic shared by the API and the
@@ -16,8 +21,8 @@ import copy
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, HTTPException, Path, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Body, Header, HTTPException, Path, Query
+from fastapi.responses import JSONResponse, Response
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -34,6 +39,7 @@ from api.writes import accepted, stamp, write_answers
 from kairos.recurrence import next_occurrences, schedule_problem
 from schemas.api import ErrorPublic, FieldErrorPublic, Role
 from schemas.schedules import (
+    OverlapPolicy,
     Schedule,
     ScheduleBackfillRequested,
     ScheduleDeleted,
@@ -53,6 +59,13 @@ NOT_FOUND = {
     404: {"model": ErrorPublic, "description": "No such schedule."},
     409: {"model": ErrorPublic, "description": "The schedule exists already or is protected."},
 }
+PRECONDITION = {
+    412: {"model": ErrorPublic, "description": "If-Match names another version of the schedule."}
+}
+IfMatch = Annotated[
+    str | None,
+    Header(description="The ETag of GET /{name}: refuse (412) if the schedule changed since."),
+]
 
 
 def _rfc3339_only(value: Any) -> Any:
@@ -190,7 +203,15 @@ class ScheduledJobPublic(_Public):
     last_success_at: datetime | None = None
     runs: int
     skipped_runs: int
+    succeeded_runs: int = 0
+    partially_failed_runs: int = 0
     failed_runs: int
+    dropped_occurrences: dict[str, int] = Field(
+        default_factory=dict,
+        description="Occurrences that did not run, by reason: overlap (Temporal's "
+        "num_actions_skipped_overlap), missed (past the catch-up window), coalesced, excluded "
+        "(blackout), max_runs, already_running.",
+    )
     consecutive_failures: int
     last_error: str | None = None
     version: int
@@ -209,19 +230,30 @@ class ScheduleRunPublic(_Public):
     attempt: int
     reason: str
     fired_at: datetime
-    outcome: str
+    outcome: str = Field(
+        description="fired (commands out, not all ended), skipped, succeeded, "
+        "partially_failed, failed, or dropped (an occurrence that did not run)."
+    )
     error: str | None = None
     hosts_matched: int
     commands_issued: int
+    commands_succeeded: int = 0
+    commands_failed: int = 0
+    skip_reason: str | None = None
+    skipped_hosts: dict[str, int] = Field(default_factory=dict)
 
 
 class RunStatsPublic(_Public):
     total: int
-    fired: int
+    fired: int = Field(description="Runs whose commands are out and not all ended yet.")
     skipped: int
+    succeeded: int = 0
+    partially_failed: int = 0
     failed: int
+    dropped: int = 0
     success_rate: float | None = Field(
-        description="Runs that fired and did not fail / runs that fired (skips are neither)."
+        description="succeeded / ended runs (succeeded + partially_failed + failed); runs "
+        "still in flight, skipped runs and dropped occurrences are not counted."
     )
 
 
@@ -245,10 +277,43 @@ class BackfillBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     start: datetime
     end: datetime
+    overlap: OverlapPolicy | None = Field(
+        default=None,
+        description="For this backfill while runs are in flight: skip drops it, buffer_one "
+        "keeps its latest occurrence, allow (or none) queues them all.",
+    )
+
+
+class TriggerBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    overlap: OverlapPolicy | None = Field(
+        default=None, description="The overlap policy for this run; none: the schedule's."
+    )
+
+
+_HIDDEN = ("schedule_id", "incarnation")
 
 
 def _job(row: dict[str, Any]) -> ScheduledJobPublic:
-    return ScheduledJobPublic.model_validate({k: v for k, v in row.items() if k != "schedule_id"})
+    return ScheduledJobPublic.model_validate({k: v for k, v in row.items() if k not in _HIDDEN})
+
+
+def etag(row: dict[str, Any]) -> str:
+    """The schedule's incarnation and version: a schedule created again never repeats one."""
+    return f'"{row["incarnation"] or "0"}.{row["version"]}"'
+
+
+def _check_version(row: dict[str, Any], if_match: str | None) -> None:
+    if if_match is None or if_match.strip() == "*":
+        return
+    wanted = {tag.strip().removeprefix("W/") for tag in if_match.split(",")}
+    if etag(row) not in wanted:
+        raise HTTPException(412, f"the schedule has changed (now {etag(row)}); GET it again")
+
+
+def _guard_system(caller: Any, *, is_system: bool, action: str) -> None:
+    if is_system and caller.role < Role.SUPER_ADMIN:
+        raise Forbidden(f"{action} a system schedule needs the SUPER_ADMIN role")
 
 
 def _validated(definition: dict[str, Any]) -> Schedule | JSONResponse:
@@ -304,6 +369,7 @@ async def create_job(
     schedule = _validated(body.model_dump(exclude_unset=True))
     if isinstance(schedule, JSONResponse):
         return schedule
+    _guard_system(caller, is_system=schedule.is_system, action="creating")
     if await queries.get_schedule(conn, name=schedule.name) is not None:
         raise HTTPException(409, f"a schedule named {schedule.name!r} exists; PATCH it")
     return await _publish_upsert(schedule, publisher, clock, caller)
@@ -320,10 +386,11 @@ async def _publish_upsert(
     "/{name}", response_model=ScheduledJobDetailPublic, responses={**READ_ERRORS, **NOT_FOUND}
 )
 async def get_job(
-    name: Name, conn: ConnDep, clock: ClockDep, caller: GuestDep
+    name: Name, conn: ConnDep, clock: ClockDep, caller: GuestDep, response: Response
 ) -> ScheduledJobDetailPublic:
-    """One schedule: its definition, state, next 5 fire times and latest runs."""
+    """One schedule: its definition, state, next 5 fire times and latest runs; ETag header."""
     row = await _existing(conn, name)
+    response.headers["ETag"] = etag(row)
     upcoming: list[datetime] = []
     if row["enabled"] and not row["paused"]:
         schedule = Schedule.model_validate(row["definition"])
@@ -331,7 +398,9 @@ async def get_job(
         upcoming = [
             o.fire_at for o in next_occurrences(schedule, now, count=5, runs_so_far=row["runs"])
         ]
-    runs, _ = await queries.list_schedule_runs(conn, schedule_id=row["schedule_id"], limit=10)
+    runs, _ = await queries.list_schedule_runs(
+        conn, schedule_id=row["schedule_id"], incarnation=row["incarnation"], limit=10
+    )
     return ScheduledJobDetailPublic(
         **_job(row).model_dump(),
         next_fire_times=upcoming,
@@ -339,7 +408,9 @@ async def get_job(
     )
 
 
-@router.patch("/{name}", status_code=202, responses={**write_answers(), **NOT_FOUND})
+@router.patch(
+    "/{name}", status_code=202, responses={**write_answers(), **NOT_FOUND, **PRECONDITION}
+)
 async def update_job(
     name: Name,
     body: Annotated[ScheduledJobUpdate, Body(openapi_examples=UPDATE_EXAMPLES)],
@@ -347,9 +418,12 @@ async def update_job(
     publisher: PublisherDep,
     clock: ClockDep,
     caller: AdminDep,
+    if_match: IfMatch = None,
 ) -> JSONResponse:
     """Change some fields of a schedule's definition; the name cannot change."""
     row = await _existing(conn, name)
+    _check_version(row, if_match)
+    _guard_system(caller, is_system=row["is_system"], action="changing")
     changes = body.model_dump(exclude_unset=True)
     if "name" in changes and changes["name"] != name:
         raise InvalidInput("name", "a schedule's name is its id and cannot change", location="body")
@@ -357,18 +431,28 @@ async def update_job(
     schedule = _validated({**definition, **changes, "name": name})
     if isinstance(schedule, JSONResponse):
         return schedule
+    _guard_system(caller, is_system=schedule.is_system, action="changing")
     return await _publish_upsert(schedule, publisher, clock, caller)
 
 
-@router.delete("/{name}", status_code=202, responses={**write_answers(), **NOT_FOUND})
+@router.delete(
+    "/{name}", status_code=202, responses={**write_answers(), **NOT_FOUND, **PRECONDITION}
+)
 async def delete_job(
-    name: Name, conn: ConnDep, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+    name: Name,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    if_match: IfMatch = None,
 ) -> JSONResponse:
-    """Delete a schedule; a system schedule needs SUPER_ADMIN."""
+    """Delete a schedule (its run history goes with it); a system schedule needs SUPER_ADMIN."""
     row = await _existing(conn, name)
-    if row["is_system"] and caller.role < Role.SUPER_ADMIN:
-        raise Forbidden("deleting a system schedule needs the SUPER_ADMIN role")
-    event = ScheduleDeleted(**stamp(caller, clock), schedule_id=row["schedule_id"])
+    _check_version(row, if_match)
+    _guard_system(caller, is_system=row["is_system"], action="deleting")
+    event = ScheduleDeleted(
+        **stamp(caller, clock), schedule_id=row["schedule_id"], system=row["is_system"]
+    )
     return accepted(await publisher.publish(event))
 
 
@@ -381,6 +465,8 @@ async def _simple(
     caller: Any,
 ) -> JSONResponse:
     row = await _existing(conn, name)
+    if kind is not ScheduleTriggered:
+        _guard_system(caller, is_system=row["is_system"], action="pausing or switching")
     event = kind(**stamp(caller, clock), schedule_id=row["schedule_id"])
     return accepted(await publisher.publish(event))
 
@@ -412,6 +498,7 @@ async def pause_job(
 ) -> JSONResponse:
     """Hold occurrences back; resume catches them up by the catch-up policy."""
     row = await _existing(conn, name)
+    _guard_system(caller, is_system=row["is_system"], action="pausing")
     note = body.note if body else None
     event = SchedulePaused(**stamp(caller, clock), schedule_id=row["schedule_id"], note=note)
     return accepted(await publisher.publish(event))
@@ -427,10 +514,20 @@ async def resume_job(
 
 @router.post("/{name}/trigger", status_code=202, responses={**write_answers(), **NOT_FOUND})
 async def trigger_job(
-    name: Name, conn: ConnDep, publisher: PublisherDep, clock: ClockDep, caller: AdminDep
+    name: Name,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    body: Annotated[TriggerBody | None, Body()] = None,
 ) -> JSONResponse:
-    """Run the schedule now, under its overlap policy."""
-    return await _simple(ScheduleTriggered, name, conn, publisher, clock, caller)
+    """Run the schedule now, under its overlap policy or the body's `overlap`."""
+    row = await _existing(conn, name)
+    overlap = body.overlap if body else None
+    event = ScheduleTriggered(
+        **stamp(caller, clock), schedule_id=row["schedule_id"], overlap=overlap
+    )
+    return accepted(await publisher.publish(event))
 
 
 @router.post("/{name}/backfill", status_code=202, responses={**write_answers(), **NOT_FOUND})
@@ -447,7 +544,11 @@ async def backfill_job(
     if body.end <= body.start:
         raise InvalidInput("end", "backfill end must be after start", location="body")
     event = ScheduleBackfillRequested(
-        **stamp(caller, clock), schedule_id=row["schedule_id"], start=body.start, end=body.end
+        **stamp(caller, clock),
+        schedule_id=row["schedule_id"],
+        start=body.start,
+        end=body.end,
+        overlap=body.overlap,
     )
     return accepted(await publisher.publish(event))
 
@@ -464,21 +565,15 @@ async def job_history(
 ) -> ScheduleHistoryPublic:
     """The latest runs (newest first, a page of `limit` after `offset`) and counts by outcome."""
     row = await _existing(conn, name)
-    runs, count = await queries.list_schedule_runs(
-        conn, schedule_id=row["schedule_id"], limit=limit, offset=offset
-    )
-    stats = await queries.schedule_run_stats(conn, schedule_id=row["schedule_id"])
-    total = int(stats["total"])
-    attempted = int(stats["fired"]) + int(stats["failed"])
-    rate = int(stats["fired"]) / attempted if attempted else None
+    which = {"schedule_id": row["schedule_id"], "incarnation": row["incarnation"]}
+    runs, count = await queries.list_schedule_runs(conn, **which, limit=limit, offset=offset)
+    stats = {
+        key: int(value) for key, value in (await queries.schedule_run_stats(conn, **which)).items()
+    }
+    ended = stats["succeeded"] + stats["partially_failed"] + stats["failed"]
+    rate = stats["succeeded"] / ended if ended else None
     return ScheduleHistoryPublic(
         data=[ScheduleRunPublic.model_validate(run) for run in runs],
         count=count,
-        stats=RunStatsPublic(
-            total=total,
-            fired=int(stats["fired"]),
-            skipped=int(stats["skipped"]),
-            failed=int(stats["failed"]),
-            success_rate=rate,
-        ),
+        stats=RunStatsPublic(**stats, success_rate=rate),
     )

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from api import queries
 from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, InvalidInput
 from api.routes import PREFIX
 from api.writes import EVENT_ID_HEADER, WaitDep, answer, stamp, write_answers
+from kairos.forecast import forecast
 from schemas.api import (
     Accepted,
     ConfigUpdate,
@@ -114,4 +117,60 @@ async def initialize(
         body.model_dump(mode="json"),
         status_code=202,
         headers={EVENT_ID_HEADER: str(receipt.event_id)},
+    )
+
+
+# --- forecast -------------------------------------------------------------------------------
+
+
+class HourLoadPublic(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    start: datetime
+    due: int = Field(description="Commands that come due in this hour.")
+    adaptive_due: int
+    scheduled_due: int = Field(description="Commands of generic schedules due in this hour.")
+    capacity: int = Field(description="Scans the cap completes in an hour at the p50 duration.")
+    capacity_p90: int = Field(description="The same at the p90 duration.")
+    started: int = Field(description="Scans the forecast starts in this hour.")
+    backlog: int = Field(description="Commands due by the hour's end and not started.")
+
+
+class PromiseMissPublic(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    host_id: str
+    deadline: datetime = Field(description="Last scan + the promise (or its interval if longer).")
+    starts_at: datetime | None = Field(description="Forecast start; null: not in the horizon.")
+
+
+class ForecastPublic(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    start: datetime
+    hours: int
+    max_concurrent_scans: int
+    scan_seconds_p50: float
+    scan_seconds_p90: float
+    measured_scans: int = Field(description="Results the durations come from (0: 300 s assumed).")
+    promise_hours: float = Field(description="max_interval_minutes, in hours (48 by default).")
+    promise_kept: bool = Field(description="False: some host would be scanned too late.")
+    hourly: list[HourLoadPublic]
+    misses: list[PromiseMissPublic]
+
+
+@router.get("/forecast", response_model=ForecastPublic, responses=READ_ERRORS)
+async def get_forecast(
+    conn: ConnDep,
+    clock: ClockDep,
+    caller: GuestDep,
+    hours: Annotated[int, Query(ge=1, le=168)] = 48,
+) -> ForecastPublic:
+    """Will the cap keep the 48 h promise? Load per hour and the hosts that would miss it."""
+    now = clock.now().astimezone(UTC)
+    inputs = await queries.forecast_inputs(conn, now=now, hours=hours)
+    result = forecast(now=now, hours=hours, **inputs)
+    return ForecastPublic(
+        **{k: v for k, v in vars(result).items() if k not in ("hourly", "misses")},
+        promise_hours=inputs["promise"] / timedelta(hours=1),
+        promise_kept=result.promise_kept,
+        hourly=[HourLoadPublic(**vars(hour), due=hour.due) for hour in result.hourly],
+        misses=[PromiseMissPublic(**vars(miss)) for miss in result.misses],
     )

@@ -15,11 +15,17 @@ can tell which of its effects may be missing and send them again:
   changes nothing.
 
 A marker is dropped when the next command for the same host and scanner ends, so the ledger
-holds at most one ended entry per (host, scanner) besides the commands in flight.
+holds at most one ended entry per (host, scanner) besides the commands in flight. A busy
+marker whose command is no longer in flight in the ledger (ended or forgotten) is stale and
+keeps nobody busy.
+
+The schedule side counts each command's end once (`counted_once`): a worker killed after
+an end report left but before its input's offset was committed reports the end again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 
@@ -68,11 +74,29 @@ def origin_of(topic: str, partition: int, offset: int) -> str:
     return f"{topic}/{partition}/{offset}"
 
 
-def fan_out_choice(entry: CommandEntry | None, busy_with: str | None) -> FanOutChoice:
-    """What a fan-out does for one chosen host, given its ledger entry and busy marker."""
+COUNTED_KEPT = 16
+"""Command ids whose end a schedule remembers per host: a replayed report comes soon after."""
+
+
+def fan_out_choice(
+    entry: CommandEntry | None, busy_with: str | None, *, busy_entry: CommandEntry | None
+) -> FanOutChoice:
+    """What a fan-out does for one chosen host, given its ledger entry and busy marker.
+
+    `busy_entry` is the ledger entry of the command the busy marker names: a marker whose
+    command has ended or is unknown is stale and does not make the host busy.
+    """
     if entry is not None:
         return FanOutChoice.ENDED if entry.ended is not None else FanOutChoice.RESEND
-    return FanOutChoice.BUSY if busy_with is not None else FanOutChoice.SEND
+    busy = busy_with is not None and busy_entry is not None and busy_entry.ended is None
+    return FanOutChoice.BUSY if busy else FanOutChoice.SEND
+
+
+def counted_once(recent: Sequence[str], command_id: str) -> tuple[bool, tuple[str, ...]]:
+    """Whether an end report of `command_id` is new, and the ids to remember after it."""
+    if command_id in recent:
+        return False, tuple(recent)
+    return True, (*recent, command_id)[-COUNTED_KEPT:]
 
 
 def end_choice(entry: CommandEntry | None, host_id: str, origin: str) -> EndChoice:

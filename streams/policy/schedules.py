@@ -87,13 +87,29 @@ class DroppedOccurrence:
 
 
 @dataclass(frozen=True)
+class ConcludedRun:
+    """A tracked run that ended, for the run history: how, and what its commands did."""
+
+    occurrence: datetime
+    attempt: int
+    outcome: RunOutcome
+    started_at: datetime
+    manual: bool
+    backfill: bool
+    commands: int
+    failed: int
+    error: str | None
+
+
+@dataclass(frozen=True)
 class ScheduleDecision:
     """What one input did to one schedule.
 
     `state` is the state after the input (None: no such schedule, or it was deleted) and
     `changed` says whether it must be stored. `runs` are to be started now. `rejection`
     (invalid input, for dead-letters) and `ignored` (a harmless no-op) say why nothing
-    happened. `events` are messages Kairos publishes itself (the self-disable).
+    happened. `events` are messages Kairos publishes itself (the self-disable). `dropped`
+    are the occurrences that came due and will not run, `concluded` the runs that ended.
     """
 
     state: ScheduleState | None
@@ -103,6 +119,7 @@ class ScheduleDecision:
     events: Sequence[ScheduleDisabled] = ()
     ignored: str | None = None
     rejection: str | None = None
+    concluded: Sequence[ConcludedRun] = ()
 
 
 @dataclass
@@ -114,6 +131,7 @@ class _Draft:
     runs: list[RunPlan] = field(default_factory=list)
     dropped: list[DroppedOccurrence] = field(default_factory=list)
     events: list[ScheduleDisabled] = field(default_factory=list)
+    concluded: list[ConcludedRun] = field(default_factory=list)
 
     @property
     def schedule(self) -> Schedule:
@@ -140,7 +158,7 @@ def decide_schedule(
     if str(event.event_id) in state.recent_event_ids:
         return ScheduleDecision(state, ignored="duplicate_event")
     if isinstance(event, ScheduleDeleted):
-        if state.schedule.is_system:
+        if state.schedule.is_system and not event.system:
             return ScheduleDecision(state, rejection="a system schedule cannot be deleted")
         return ScheduleDecision(None, changed=True)
 
@@ -244,7 +262,9 @@ def run_finished(
 
     COMPLETED counts as success; FAILED and TIMED_OUT as failure (`host_id` names the host
     to retry; without it the retry covers every target); SUPERSEDED (host gone) as neither.
-    A run whose commands were all superseded is skipped. A concluded run may release a
+    A run whose commands were all superseded is skipped. The run ends succeeded with no
+    failure, failed when its failures are more than the schedule's failure_threshold of its
+    ended commands (or all of them), else partially_failed. A concluded run may release a
     buffered run or a retry, returned in `runs`.
     """
     now = now.astimezone(UTC)
@@ -261,6 +281,7 @@ def run_finished(
     update: dict[str, Any] = {
         "pending_commands": active.pending_commands - 1,
         "finished": active.finished + (0 if outcome is ReleaseOutcome.SUPERSEDED else 1),
+        "failed": active.failed + (1 if failed else 0),
     }
     if failed:
         update["last_error"] = _short(error or f"command {outcome.value}")
@@ -271,11 +292,7 @@ def run_finished(
     active = active.model_copy(update=update)
     _replace_run(draft, index, active)
     if not active.pending_commands:
-        if active.failed_host_ids or active.failed_unattributed:
-            result = RunOutcome.FAILED
-        else:
-            result = RunOutcome.SUCCEEDED if active.finished else RunOutcome.SKIPPED
-        _conclude(draft, index, result)
+        _conclude(draft, index, run_outcome(active, draft.schedule.failure_threshold))
         _advance(draft, misfire_tolerance=MISFIRE_TOLERANCE)
     return _finish(state, draft, ignored=None)
 
@@ -318,6 +335,18 @@ def record_run_outcome(
     _conclude(draft, index, outcome)
     _advance(draft, misfire_tolerance=MISFIRE_TOLERANCE)
     return _finish(state, draft, ignored=None)
+
+
+def run_outcome(active: ActiveRun, failure_threshold: float) -> RunOutcome:
+    """How a run whose commands have all ended ends (see `run_finished`)."""
+    failed = active.failed or (1 if active.failed_unattributed or active.failed_host_ids else 0)
+    if not active.finished:
+        return RunOutcome.FAILED if failed else RunOutcome.SKIPPED
+    if not failed:
+        return RunOutcome.SUCCEEDED
+    if failed >= active.finished or failed / active.finished > failure_threshold:
+        return RunOutcome.FAILED
+    return RunOutcome.PARTIALLY_FAILED
 
 
 def wake_at(state: ScheduleState) -> datetime | None:
@@ -373,6 +402,7 @@ def _create(event: ScheduleUpserted, *, now: datetime) -> ScheduleDecision:
         return ScheduleDecision(None, rejection=problem)
     state = ScheduleState(
         schedule=event.schedule,
+        incarnation=str(event.event_id),
         cursor=now,
         recent_event_ids=(str(event.event_id),),
         created_at=now,
@@ -449,8 +479,9 @@ def _trigger_manually(draft: _Draft, event: ScheduleTriggered) -> str | None:
     occurrence = event.occurred_at.astimezone(UTC)
     if _find_run(draft, occurrence, 1) is not None:
         return "already_running"
-    if _blocked(draft.schedule, draft.values["in_flight"]):
-        if draft.schedule.overlap is OverlapPolicy.SKIP:
+    overlap = event.overlap or draft.schedule.overlap
+    if overlap is not OverlapPolicy.ALLOW and draft.values["in_flight"]:
+        if overlap is OverlapPolicy.SKIP:
             draft.dropped.append(DroppedOccurrence(occurrence, "overlap"))
             return "overlap"
         _buffer(draft, BufferedRun(occurrence=occurrence, due_at=draft.now, manual=True))
@@ -471,10 +502,22 @@ def _backfill(draft: _Draft, event: ScheduleBackfillRequested) -> tuple[str | No
         return None, f"backfill covers more than {MAX_BACKFILL_RUNS} occurrences; split it"
     if not found:
         return "nothing_to_backfill", None
-    # One after another, behind whatever is in flight (see QueuedRun).
+    busy = bool(draft.values["in_flight"] or draft.values["queued"])
+    if busy and event.overlap is OverlapPolicy.SKIP:
+        draft.dropped.extend(DroppedOccurrence(o.at, "overlap") for o in found)
+        return None, None
+    if busy and event.overlap is OverlapPolicy.BUFFER_ONE:
+        draft.dropped.extend(DroppedOccurrence(o.at, "overlap") for o in found[:-1])
+        found = found[-1:]
+    # One after another, behind whatever is in flight (see QueuedRun). The request's id
+    # keys their commands: an occurrence that ran before gets commands of its own.
+    backfill_id = str(event.event_id)
     _queue(
         draft,
-        [QueuedRun(occurrence=o.at, due_at=draft.now, backfill=True) for o in found],
+        [
+            QueuedRun(occurrence=o.at, due_at=draft.now, backfill=True, backfill_id=backfill_id)
+            for o in found
+        ],
     )
     return None, None
 
@@ -534,6 +577,7 @@ def _release_retry(draft: _Draft) -> None:
         attempt=retry.attempt,
         manual=retry.manual,
         backfill=retry.backfill,
+        backfill_id=retry.backfill_id,
         host_ids=retry.host_ids,
     )
 
@@ -562,7 +606,13 @@ def _release_queued(draft: _Draft) -> None:
         return
     first, *rest = queued
     draft.values["queued"] = tuple(rest)
-    _start(draft, occurrence=first.occurrence, due_at=first.due_at, backfill=first.backfill)
+    _start(
+        draft,
+        occurrence=first.occurrence,
+        due_at=first.due_at,
+        backfill=first.backfill,
+        backfill_id=first.backfill_id,
+    )
 
 
 def _queue(draft: _Draft, runs: Sequence[QueuedRun]) -> tuple[QueuedRun, ...]:
@@ -570,8 +620,8 @@ def _queue(draft: _Draft, runs: Sequence[QueuedRun]) -> tuple[QueuedRun, ...]:
 
     Returns the runs that were not queued already.
     """
-    known = {queued.occurrence for queued in draft.values["queued"]}
-    fresh = tuple(run for run in runs if run.occurrence not in known)
+    known = {(queued.occurrence, queued.backfill_id) for queued in draft.values["queued"]}
+    fresh = tuple(run for run in runs if (run.occurrence, run.backfill_id) not in known)
     draft.values["queued"] = (*draft.values["queued"], *fresh)
     _release_queued(draft)
     return fresh
@@ -674,6 +724,7 @@ def _start(
     attempt: int = 1,
     manual: bool = False,
     backfill: bool = False,
+    backfill_id: str | None = None,
     host_ids: tuple[str, ...] | None = None,
 ) -> bool:
     """Start a run unless the same (occurrence, attempt) is in flight; whether it started."""
@@ -685,6 +736,7 @@ def _start(
         attempt=attempt,
         manual=manual,
         backfill=backfill,
+        backfill_id=backfill_id,
         started_at=draft.now,
         host_ids=host_ids,
     )
@@ -697,6 +749,8 @@ def _start(
             attempt=attempt,
             manual=manual,
             backfill=backfill,
+            backfill_id=backfill_id,
+            incarnation=draft.values["incarnation"],
             host_ids=host_ids,
         )
     )
@@ -725,12 +779,33 @@ def _conclude(draft: _Draft, index: int, outcome: RunOutcome) -> None:
     _remember(
         draft, "recent_run_keys", _run_key(active.occurrence, active.attempt), RECENT_RUN_KEYS_KEPT
     )
+    draft.concluded.append(
+        ConcludedRun(
+            occurrence=active.occurrence,
+            attempt=active.attempt,
+            outcome=outcome,
+            started_at=active.started_at,
+            manual=active.manual,
+            backfill=active.backfill,
+            commands=active.finished,
+            failed=active.failed,
+            error=active.last_error if outcome is not RunOutcome.SUCCEEDED else None,
+        )
+    )
     retry: PendingRetry | None = values["retry"]
     if outcome is RunOutcome.SKIPPED:
         values["skipped_runs"] += 1
         return
-    if outcome is RunOutcome.SUCCEEDED:
-        values |= {"consecutive_failures": 0, "last_error": None, "last_success_at": draft.now}
+    if outcome in (RunOutcome.SUCCEEDED, RunOutcome.PARTIALLY_FAILED):
+        # A few failed hosts of a run that worked are not a failing schedule: no backoff.
+        succeeded = outcome is RunOutcome.SUCCEEDED
+        counter = "succeeded_runs" if succeeded else "partially_failed_runs"
+        values |= {
+            counter: values[counter] + 1,
+            "consecutive_failures": 0,
+            "last_error": None if succeeded else active.last_error,
+            "last_success_at": draft.now,
+        }
         if retry is not None and retry.occurrence <= active.occurrence:
             values["retry"] = None  # A newer run succeeded: the retry has nothing to add.
         return
@@ -771,6 +846,7 @@ def _conclude(draft: _Draft, index: int, outcome: RunOutcome) -> None:
         due_at=draft.now + retry_delay(failures),
         manual=active.manual,
         backfill=active.backfill,
+        backfill_id=active.backfill_id,
         host_ids=host_ids,
     )
 
@@ -838,6 +914,11 @@ def _short(text: str) -> str:
 
 def _finish(before: ScheduleState, draft: _Draft, *, ignored: str | None) -> ScheduleDecision:
     values = draft.values
+    if draft.dropped:
+        counts = dict(values["dropped_occurrences"])
+        for dropped in draft.dropped:
+            counts[dropped.reason] = counts.get(dropped.reason, 0) + 1
+        values["dropped_occurrences"] = counts
     unchanged = all(
         getattr(before, name) == values[name]
         for name in values
@@ -852,6 +933,7 @@ def _finish(before: ScheduleState, draft: _Draft, *, ignored: str | None) -> Sch
             dropped=tuple(draft.dropped),
             events=tuple(draft.events),
             ignored=ignored,
+            concluded=tuple(draft.concluded),
         )
     values["version"] = before.version + 1
     values["updated_at"] = draft.now
@@ -862,4 +944,5 @@ def _finish(before: ScheduleState, draft: _Draft, *, ignored: str | None) -> Sch
         dropped=tuple(draft.dropped),
         events=tuple(draft.events),
         ignored=ignored,
+        concluded=tuple(draft.concluded),
     )

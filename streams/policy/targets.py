@@ -307,15 +307,25 @@ def _skip_reason(
 
 
 def occurrence_command_id(
-    schedule_id: str, occurrence: datetime, host_id: str, attempt: int = 1
+    schedule_id: str,
+    occurrence: datetime,
+    host_id: str,
+    attempt: int = 1,
+    *,
+    backfill_id: str | None = None,
 ) -> str:
     """One id per (schedule, occurrence, host, attempt), the same on every worker and replay.
 
     The occurrence is taken as an instant: the same moment written with another offset
-    gives the same id. A retry (attempt 2, 3...) gets a new id, so scanners do not drop it.
+    gives the same id. A retry (attempt 2, 3...) gets a new id, so scanners do not drop it;
+    so does a backfilled run (`backfill_id`, its request's id), so an occurrence that ran
+    before is sent again rather than dropped as a command already done.
     """
     instant = occurrence.astimezone(UTC).isoformat()
-    return str(uuid.uuid5(_SCHEDULE_COMMANDS, f"{schedule_id}/{instant}/{host_id}/{attempt}"))
+    name = f"{schedule_id}/{instant}/{host_id}/{attempt}"
+    if backfill_id is not None:
+        name += f"/backfill/{backfill_id}"
+    return str(uuid.uuid5(_SCHEDULE_COMMANDS, name))
 
 
 def occurrence_dispatch_request(
@@ -328,7 +338,9 @@ def occurrence_dispatch_request(
     """The dispatch request for one host of `run`, due at the run's fire time."""
     reason = CommandReason.TRIGGER if run.reason is RunReason.TRIGGER else CommandReason.SCHEDULE
     return DispatchRequested(
-        command_id=occurrence_command_id(schedule.id, run.occurrence, host_id, run.attempt),
+        command_id=occurrence_command_id(
+            schedule.id, run.occurrence, host_id, run.attempt, backfill_id=run.backfill_id
+        ),
         host_id=host_id,
         priority=schedule.priority,
         due_at=run.due_at,

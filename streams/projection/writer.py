@@ -332,7 +332,8 @@ _SCHEDULE_COLUMNS = (
     "schedule_id", "name", "definition", "status", "enabled", "paused", "pause_note",
     "disabled_reason", "is_system", "next_fire_at", "last_fired_at", "last_success_at", "runs",
     "skipped_runs", "failed_runs", "consecutive_failures", "last_error", "version", "deleted",
-    "created_at", "updated_at",
+    "created_at", "updated_at", "incarnation", "succeeded_runs", "partially_failed_runs",
+    "dropped_occurrences",
 )  # fmt: skip
 
 # A deleted schedule may be created again under the same id: its new state starts over at
@@ -368,6 +369,8 @@ async def _apply_schedules(
                     state.last_fired_at, state.last_success_at, state.runs, state.skipped_runs,
                     state.failed_runs, state.consecutive_failures, state.last_error,
                     state.version, False, state.created_at, state.updated_at,
+                    state.incarnation or "", state.succeeded_runs, state.partially_failed_runs,
+                    Jsonb(state.dropped_occurrences),
                 )  # fmt: skip
                 await cursor.execute(_UPSERT_SCHEDULE, row)
             summary.saw("schedule_state", change.changed_at)
@@ -379,19 +382,34 @@ async def _apply_schedule_runs(
     if not runs:
         return
     async with conn.cursor() as cursor:
-        # "failed" is the final word on a run that fired; fired/skipped are first sightings.
+        # Records of one run come in order (one key, one partition): fired/skipped, then how
+        # it ended. A dropped occurrence never overwrites a run; a backfill's fired starts over.
         await cursor.executemany(
-            "INSERT INTO schedule_runs (schedule_id, occurrence, attempt, reason, fired_at,"
-            " outcome, error, hosts_matched, commands_issued)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (schedule_id, occurrence, attempt) DO UPDATE SET"
-            " outcome = CASE WHEN excluded.outcome = 'failed' THEN 'failed'"
-            " ELSE schedule_runs.outcome END,"
-            " error = COALESCE(excluded.error, schedule_runs.error)",
+            "INSERT INTO schedule_runs (schedule_id, incarnation, occurrence, attempt, reason,"
+            " fired_at, outcome, error, hosts_matched, commands_issued, commands_succeeded,"
+            " commands_failed, skip_reason, skipped_hosts)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (schedule_id, incarnation, occurrence, attempt) DO UPDATE SET"
+            " outcome = excluded.outcome,"
+            " error = excluded.error,"
+            " skip_reason = excluded.skip_reason,"
+            " commands_succeeded = excluded.commands_succeeded,"
+            " commands_failed = excluded.commands_failed,"
+            " fired_at = CASE WHEN excluded.outcome IN ('fired', 'skipped')"
+            " THEN excluded.fired_at ELSE schedule_runs.fired_at END,"
+            " hosts_matched = CASE WHEN excluded.outcome IN ('fired', 'skipped')"
+            " THEN excluded.hosts_matched ELSE schedule_runs.hosts_matched END,"
+            " commands_issued = CASE WHEN excluded.outcome IN ('fired', 'skipped')"
+            " THEN excluded.commands_issued ELSE schedule_runs.commands_issued END,"
+            " skipped_hosts = CASE WHEN excluded.outcome IN ('fired', 'skipped')"
+            " THEN excluded.skipped_hosts ELSE schedule_runs.skipped_hosts END"
+            " WHERE excluded.outcome <> 'dropped'",
             [
                 (
-                    r.schedule_id, r.occurrence, r.attempt, r.reason, r.fired_at, r.outcome,
-                    r.error, r.hosts_matched, r.commands_issued,
+                    r.schedule_id, r.incarnation or "", r.occurrence, r.attempt, r.reason,
+                    r.fired_at, r.outcome, r.error, r.hosts_matched, r.commands_issued,
+                    r.commands_succeeded, r.commands_failed, r.skip_reason,
+                    Jsonb(r.skipped_hosts),
                 )  # fmt: skip
                 for r in runs
             ],

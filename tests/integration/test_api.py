@@ -358,6 +358,7 @@ ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("PUT", f"{P}/config", {"interval_critical": 60}, ADMIN),
     ("POST", f"{P}/toggle?enabled=true", None, ADMIN),
     ("GET", f"{P}/status", None, GUEST),
+    ("GET", f"{P}/forecast?hours=6", None, GUEST),
     ("POST", f"{P}/initialize", None, ADMIN),
     ("POST", f"{P}/hosts:import", [{"id": "imported-1"}], ADMIN),
     ("GET", f"{P}/hosts-due?limit=5", None, GUEST),

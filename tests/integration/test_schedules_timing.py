@@ -673,7 +673,8 @@ async def test_backfill_runs_every_past_occurrence_in_the_range(make_settings, w
         before = bench.log.state("nightly")
         # From midnight to the third 03:00: the end is exclusive.
         requested_at = clock.now()
-        await bench.send_change(backfill_requested("nightly", utc(2026, 6, 7), utc(2026, 6, 9, 3)))
+        request = backfill_requested("nightly", utc(2026, 6, 7), utc(2026, 6, 9, 3))
+        await bench.send_change(request)
 
         def concluded() -> bool:
             state = bench.log.state("nightly")
@@ -685,10 +686,13 @@ async def test_backfill_runs_every_past_occurrence_in_the_range(make_settings, w
     past = [utc(2026, 6, 7, 3), utc(2026, 6, 8, 3)]
     assert bench.log.occurrences("nightly") == past
     # The runs go one after another, so the host gets one command per occurrence (it runs
-    # one command per scanner at a time), each due when the backfill was asked for.
+    # one command per scanner at a time), each due when the backfill was asked for. The
+    # request keys the ids: an occurrence that ran before gets commands of its own.
     commands = bench.commands("nightly")
+    backfill_id = str(request.event_id)
     assert [c["command_id"] for c in commands] == [
-        occurrence_command_id("nightly", occurrence, "archive-1") for occurrence in past
+        occurrence_command_id("nightly", occurrence, "archive-1", backfill_id=backfill_id)
+        for occurrence in past
     ]
     assert all(due_at(command) >= requested_at for command in commands)
     assert all(run.commands_issued == 1 for run in bench.log.runs("nightly"))

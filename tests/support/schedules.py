@@ -86,13 +86,24 @@ class ScheduleLog:
         ]
 
     def runs(self, schedule_id: str) -> list[ScheduleRunRecorded]:
-        """Runs recorded as fired or skipped (a failed run is recorded a second time)."""
+        """Runs recorded as fired or skipped (an ended run is recorded a second time, a
+        dropped occurrence once, as "dropped")."""
         return [
             record
             for record in self._records()
             if isinstance(record, ScheduleRunRecorded)
             and record.schedule_id == schedule_id
-            and record.outcome != "failed"
+            and record.outcome in ("fired", "skipped")
+        ]
+
+    def outcomes(self, schedule_id: str, *outcomes: str) -> list[ScheduleRunRecorded]:
+        """Records of one schedule with one of `outcomes` (ended, dropped...)."""
+        return [
+            record
+            for record in self._records()
+            if isinstance(record, ScheduleRunRecorded)
+            and record.schedule_id == schedule_id
+            and record.outcome in outcomes
         ]
 
     def failures(self, schedule_id: str) -> list[ScheduleRunRecorded]:

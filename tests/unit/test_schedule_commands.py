@@ -33,22 +33,22 @@ def entry(**changes: object) -> CommandEntry:
 
 
 def test_a_fresh_host_gets_the_command() -> None:
-    assert fan_out_choice(None, None) is FanOutChoice.SEND
+    assert fan_out_choice(None, None, busy_entry=None) is FanOutChoice.SEND
 
 
 def test_a_host_busy_with_another_command_of_the_scanner_is_skipped() -> None:
-    assert fan_out_choice(None, "an-older-command") is FanOutChoice.BUSY
+    assert fan_out_choice(None, "an-older-command", busy_entry=entry()) is FanOutChoice.BUSY
 
 
 def test_a_replayed_fan_out_requests_a_command_in_flight_again() -> None:
     # The first pass wrote the ledger; whether its request reached the dispatcher is unknown.
-    assert fan_out_choice(entry(), "this-command") is FanOutChoice.RESEND
-    assert fan_out_choice(entry(), None) is FanOutChoice.RESEND
+    assert fan_out_choice(entry(), "this-command", busy_entry=entry()) is FanOutChoice.RESEND
+    assert fan_out_choice(entry(), None, busy_entry=None) is FanOutChoice.RESEND
 
 
 def test_a_replayed_fan_out_does_not_revive_a_command_that_already_ended() -> None:
     done = marked_ended(entry(), ReleaseOutcome.COMPLETED, None, RESULT_AT)
-    assert fan_out_choice(done, None) is FanOutChoice.ENDED
+    assert fan_out_choice(done, None, busy_entry=None) is FanOutChoice.ENDED
 
 
 def test_the_first_end_of_a_command_is_applied() -> None:

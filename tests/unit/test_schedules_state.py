@@ -364,7 +364,7 @@ def test_run_whose_hosts_all_vanished_is_skipped() -> None:
 
 
 def test_failed_run_retries_only_the_failed_host_after_two_minutes() -> None:
-    decision = due_runs(hourly(), now=at(1))
+    decision = due_runs(hourly(failure_threshold=0), now=at(1))
     assert decision.state is not None
     run = decision.runs[0]
     state = dispatch(decision.state, run, ["h1", "h2"], now=at(1))

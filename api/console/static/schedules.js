@@ -88,8 +88,9 @@ export async function scheduleView({ main, session, args: [name] }) {
     const stats = page.stats;
     const rate = stats.success_rate === null ? "—" : `${Math.round(stats.success_rate * 100)}%`;
     runs.replaceChildren(
-      h("p", {}, `${stats.total} runs: ${stats.fired} fired, ${stats.skipped} skipped, `,
-        `${stats.failed} failed; success rate ${rate}.`),
+      h("p", {}, `${stats.total} runs: ${stats.succeeded} succeeded, `,
+        `${stats.partially_failed} partially failed, ${stats.failed} failed, `,
+        `${stats.fired} in flight, ${stats.skipped} skipped; success rate ${rate}.`),
       table(["occurrence", "fired", "reason", "outcome", "hosts", "commands", "error"],
         page.data.map((run) => [when(run.occurrence), when(run.fired_at), run.reason,
           badge(run.outcome), run.hosts_matched, run.commands_issued, run.error || ""]),

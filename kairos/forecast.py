@@ -1,0 +1,213 @@
+"""Will the cap keep the promise? A forecast of the scan load over the next hours, pure.
+
+Given every scannable host (when it is due, its interval, when it was last scanned), the
+commands generic schedules will send, the cap on concurrent scans and the measured scan
+duration, `forecast` replays the coming hours as the dispatcher would if nothing changed:
+`cap` slots; commands start in due order (earlier first, then higher priority, then host id)
+as soon as a slot is free; each scan takes the median measured duration; an adaptive host's
+next scan is due its interval after its scan ends. It answers, per hour, how many commands
+come due and how many the cap can run, and which hosts would be scanned later than promised:
+later than their last scan plus the promise (48 h), or plus their interval when that is longer.
+
+Shared by the API (it reads the inputs from the read model) and tests; no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+PROMISE = timedelta(hours=48)
+DEFAULT_SCAN_SECONDS = 300.0
+"""The scan duration assumed before any result has been measured."""
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """One scannable host as the adaptive schedule sees it."""
+
+    host_id: str
+    due_at: datetime
+    interval: timedelta
+    last_scan_completed: datetime | None = None
+    priority: int = 5
+
+
+@dataclass(frozen=True)
+class ScheduledLoad:
+    """Commands a generic schedule sends at one occurrence (one per targeted host)."""
+
+    schedule_id: str
+    fire_at: datetime
+    commands: int
+    priority: int = 5
+
+
+@dataclass(frozen=True)
+class HourLoad:
+    start: datetime
+    adaptive_due: int
+    scheduled_due: int
+    capacity: int
+    """Scans the cap completes in an hour at the median duration."""
+    capacity_p90: int
+    """The same at the 90th percentile duration: what a slow hour gives."""
+    started: int
+    backlog: int
+    """Commands due by the hour's end and not yet started."""
+
+    @property
+    def due(self) -> int:
+        return self.adaptive_due + self.scheduled_due
+
+
+@dataclass(frozen=True)
+class PromiseMiss:
+    host_id: str
+    deadline: datetime
+    starts_at: datetime | None
+    """When the forecast starts its scan; None: not within the horizon."""
+
+
+@dataclass(frozen=True)
+class Forecast:
+    start: datetime
+    hours: int
+    max_concurrent_scans: int
+    scan_seconds_p50: float
+    scan_seconds_p90: float
+    measured_scans: int
+    hourly: tuple[HourLoad, ...]
+    misses: tuple[PromiseMiss, ...]
+
+    @property
+    def promise_kept(self) -> bool:
+        return not self.misses
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (`fraction` in (0, 1]) of `values`, which must not be empty."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def deadline_of(host: HostLoad, promise: timedelta) -> datetime:
+    """The latest a host's next scan may start: the promise (or its longer interval) after
+    its last scan; a host never scanned counts from when it is due."""
+    base = host.last_scan_completed or host.due_at
+    return base + max(promise, host.interval)
+
+
+def forecast(
+    *,
+    now: datetime,
+    hours: int,
+    hosts: Iterable[HostLoad],
+    scheduled: Iterable[ScheduledLoad],
+    max_concurrent_scans: int,
+    scan_seconds: Sequence[float],
+    promise: timedelta = PROMISE,
+) -> Forecast:
+    """The coming `hours` from `now`, if nothing changes (see the module docstring)."""
+    horizon = now + timedelta(hours=hours)
+    p50 = percentile(scan_seconds, 0.5) if scan_seconds else DEFAULT_SCAN_SECONDS
+    p90 = percentile(scan_seconds, 0.9) if scan_seconds else DEFAULT_SCAN_SECONDS
+    duration = timedelta(seconds=p50)
+    cap = max(max_concurrent_scans, 0)
+
+    adaptive_due = [0] * hours
+    scheduled_due = [0] * hours
+    started = [0] * hours
+
+    def hour_of(instant: datetime) -> int:
+        return max(0, int((instant - now).total_seconds() // 3600))
+
+    # Waiting commands: (due, -priority, tie, host or None, count) — a scheduled occurrence's
+    # commands wait together and start one by one.
+    queue: list[tuple[datetime, int, str, int, str | None]] = []
+    hosts_by_id = {host.host_id: host for host in hosts}
+    for host in hosts_by_id.values():
+        heapq.heappush(
+            queue, (max(host.due_at, now), -host.priority, host.host_id, 1, host.host_id)
+        )
+    for number, load in enumerate(scheduled):
+        if now <= load.fire_at < horizon and load.commands > 0:
+            tie = f"~{load.schedule_id}/{number}"
+            heapq.heappush(queue, (load.fire_at, -load.priority, tie, load.commands, None))
+
+    slots = [now] * cap  # When each slot is next free.
+    heapq.heapify(slots)
+    first_start: dict[str, datetime] = {}
+    counted: set[tuple[str, datetime]] = set()
+    while queue and cap:
+        due, negative_priority, tie, count, host_id = heapq.heappop(queue)
+        if due >= horizon:
+            break
+        if (tie, due) not in counted:
+            counted.add((tie, due))
+            if host_id is None:
+                scheduled_due[hour_of(due)] += count
+            else:
+                adaptive_due[hour_of(due)] += 1
+        free = heapq.heappop(slots)
+        begins = max(due, free)
+        if begins >= horizon:
+            heapq.heappush(slots, free)
+            break
+        ends = begins + duration
+        heapq.heappush(slots, ends)
+        started[hour_of(begins)] += 1
+        if host_id is None:
+            if count > 1:
+                heapq.heappush(queue, (due, negative_priority, tie, count - 1, None))
+            continue
+        first_start.setdefault(host_id, begins)
+        host = hosts_by_id[host_id]
+        heapq.heappush(queue, (ends + host.interval, negative_priority, tie, 1, host_id))
+    # What is left waiting was due within the horizon but never started.
+    for due, _, tie, count, host_id in queue:
+        if due < horizon and (tie, due) not in counted:
+            counted.add((tie, due))
+            if host_id is None:
+                scheduled_due[hour_of(due)] += count
+            else:
+                adaptive_due[hour_of(due)] += 1
+
+    misses = []
+    for host in sorted(hosts_by_id.values(), key=lambda h: h.host_id):
+        deadline = deadline_of(host, promise)
+        first = first_start.get(host.host_id)
+        if deadline < horizon and (first is None or first > deadline):
+            misses.append(PromiseMiss(host.host_id, deadline, first))
+
+    per_hour = int(cap * 3600 // p50) if p50 > 0 else 0
+    per_hour_p90 = int(cap * 3600 // p90) if p90 > 0 else 0
+    hourly = []
+    backlog = 0
+    for hour in range(hours):
+        backlog += adaptive_due[hour] + scheduled_due[hour] - started[hour]
+        hourly.append(
+            HourLoad(
+                start=now + timedelta(hours=hour),
+                adaptive_due=adaptive_due[hour],
+                scheduled_due=scheduled_due[hour],
+                capacity=per_hour,
+                capacity_p90=per_hour_p90,
+                started=started[hour],
+                backlog=max(backlog, 0),
+            )
+        )
+    return Forecast(
+        start=now,
+        hours=hours,
+        max_concurrent_scans=max_concurrent_scans,
+        scan_seconds_p50=p50,
+        scan_seconds_p90=p90,
+        measured_scans=len(scan_seconds),
+        hourly=tuple(hourly),
+        misses=tuple(misses),
+    )
