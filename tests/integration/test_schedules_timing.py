@@ -57,7 +57,7 @@ def startup_allowance(broker_kind: str) -> float:
     """Wall seconds a fresh worker may take to start consuming (tansu admits a new consumer
     group slowly): a clock set to reach an instant after this has not reached it before the
     worker can see it coming."""
-    return 16.0 if broker_kind == "tansu" else 8.0
+    return 24.0 if broker_kind == "tansu" else 15.0
 
 
 def scaled_settings(
