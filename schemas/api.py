@@ -10,7 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 
 from schemas.base import CommandReason, ComplianceState, Contract, HostStatus, Timestamp
 from schemas.config import ConfigChanges, SchedulerConfig
-from schemas.events import ObjectAttributes
+from schemas.events import HostLabels, ObjectAttributes
 
 
 class Role(IntEnum):
@@ -206,7 +206,7 @@ class HostImportRow(Contract):
     id: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00]*$")
     hostname: str | None = Field(default=None, max_length=255)
     organization: str | None = Field(default=None, max_length=255)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: HostLabels = Field(default_factory=dict)
     active: StrictBool = True
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from schemas.base import Contract, HostStatus, Message, Timestamp
 from schemas.config import ConfigChanges
@@ -24,6 +24,34 @@ class Operation(StrEnum):
     DELETED = "deleted"
 
 
+def _bounded_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        if not 1 <= len(key) <= LABEL_KEY_MAX_CHARS:
+            raise ValueError(
+                f"label key {key[:40]!r} must have 1 to {LABEL_KEY_MAX_CHARS} characters"
+            )
+        if len(value) > LABEL_VALUE_MAX_CHARS:
+            raise ValueError(
+                f"label {key[:40]!r} has a value of {len(value)} characters;"
+                f" at most {LABEL_VALUE_MAX_CHARS} are kept in host state"
+            )
+    return labels
+
+
+HostLabels = Annotated[
+    dict[str, str],
+    Field(
+        max_length=LABELS_MAX,
+        description=(
+            f"At most {LABELS_MAX} labels, keys of 1 to {LABEL_KEY_MAX_CHARS} and values up to"
+            f" {LABEL_VALUE_MAX_CHARS} characters."
+        ),
+    ),
+    AfterValidator(_bounded_labels),
+]
+"""A host's labels wherever they enter Kairos: bounded, since host state copies them."""
+
+
 class ObjectAttributes(Contract):
     """What inventory knows of an object; all optional but activity and status."""
 
@@ -31,31 +59,10 @@ class ObjectAttributes(Contract):
     ip: str | None = Field(default=None, max_length=64)
     os: str | None = Field(default=None, max_length=255)
     organization: str | None = Field(default=None, max_length=255)
-    labels: dict[str, str] = Field(
-        default_factory=dict,
-        max_length=LABELS_MAX,
-        description=(
-            f"At most {LABELS_MAX} labels, keys up to {LABEL_KEY_MAX_CHARS} and values up to"
-            f" {LABEL_VALUE_MAX_CHARS} characters."
-        ),
-    )
+    labels: HostLabels = Field(default_factory=dict)
     is_active: bool = True
     status: HostStatus = HostStatus.UP
 
-    @field_validator("labels")
-    @classmethod
-    def _bounded_labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        for key, value in labels.items():
-            if not 1 <= len(key) <= LABEL_KEY_MAX_CHARS:
-                raise ValueError(
-                    f"label key {key[:40]!r}... must have 1 to {LABEL_KEY_MAX_CHARS} characters"
-                )
-            if len(value) > LABEL_VALUE_MAX_CHARS:
-                raise ValueError(
-                    f"label {key[:40]!r} has a value of {len(value)} characters;"
-                    f" at most {LABEL_VALUE_MAX_CHARS} are kept in host state"
-                )
-        return labels
 
 
 class ObjectEvent(Message):
