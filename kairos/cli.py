@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kairos.agent_cli import agent_app
 from kairos.settings import Settings
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ schedules_app = typer.Typer(
 )
 app.add_typer(token_app, name="token")
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(agent_app, name="agent")
 
 log = logging.getLogger("kairos")
 
