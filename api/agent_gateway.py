@@ -198,7 +198,7 @@ class CommandFeed:
             if command_id in self._reported:
                 raise LeaseConflict(f"command {command_id!r} was already reported")
             if any(e.command.command_id == command_id for e in self._waiting):
-                raise LeaseConflict(f"the lease on command {command_id!r} has expired")
+                raise LeaseConflict(f"command {command_id!r} is not leased now (lease expired)")
             raise LeaseNotFound(f"command {command_id!r} is not leased by this gateway")
         if entry.lease_id != lease_id:
             raise LeaseConflict(f"command {command_id!r} is leased under another lease_id")

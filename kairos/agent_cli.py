@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kairos.settings import Settings
+
+if TYPE_CHECKING:
+    from kairos.agent.simulate import FleetSpec
 
 agent_app = typer.Typer(help="Scanner agents (docs/agent.md).", no_args_is_help=True)
 
@@ -55,11 +58,10 @@ def simulate(
     asyncio.run(run_simulation(settings, spec))
 
 
-async def run_simulation(settings: Settings, spec: object) -> None:
+async def run_simulation(settings: Settings, spec: FleetSpec) -> None:
     """Run the fleet `spec` until SIGINT/SIGTERM, logging progress every 10 s."""
-    from kairos.agent.simulate import FleetSpec, simulated_fleet
+    from kairos.agent.simulate import simulated_fleet
 
-    assert isinstance(spec, FleetSpec)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -164,8 +164,8 @@ class Agent:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._stopping.set)
-        await self.start()
         try:
+            await self.start()
             await self._stopping.wait()
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):

@@ -6,13 +6,26 @@ is 2.5 s, a 300 s retry delay 1.25 s, a 15-minute interval 3.75 s).
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import tempfile
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kairos.agent import Agent, ScanCommand, ScanReport, ScanStatus
+from kairos.agent import (
+    Agent,
+    FleetSpec,
+    ScanCommand,
+    ScannerProfile,
+    ScanReport,
+    ScanStatus,
+    simulated_fleet,
+)
 from kairos.clock import FrozenClock
 from kairos.settings import Settings
 from schemas.agent import result_event_id
@@ -21,6 +34,7 @@ from schemas.topics import CONFIG_KEY
 from streams.admin import ensure_topics
 from tests.support.factories import config_updated, host_created
 from tests.support.kafka import Collector, publish, start_producer, wait_until
+from tests.support.stack import kairos_executable, settings_env
 
 pytestmark = pytest.mark.integration
 
@@ -245,3 +259,68 @@ async def test_duplicates_other_scanners_and_expired_commands_are_not_run(make_s
     assert sorted(ran) == ["a", "z"]
     assert sorted(r["command_id"] for r in results.values(names.scan_completed)) == ["a", "z"]
     assert (agent.stats.duplicates, agent.stats.expired) == (1, 1)
+
+
+async def test_simulated_fleet_draws_scores_and_failures_from_its_profile(make_settings) -> None:
+    settings = make_settings()
+    await ensure_topics(settings)
+    clock = FrozenClock(T0 + timedelta(minutes=1))
+    producer = await start_producer(settings)
+    names = settings.topics
+    ids = [f"s{n}" for n in range(40)]
+    for command_id in ids:
+        await publish(producer, names.scan_commands, f"host-{command_id}", command(command_id))
+    spec = FleetSpec(
+        scanners=("nmap",),
+        agents_per_scanner=2,
+        profile=ScannerProfile(score_mean=60, score_stddev=10, failure_rate=0.3, scan_seconds=0.01),
+        seed=3,
+    )
+    async with (
+        Collector(settings, names.scan_completed) as results,
+        simulated_fleet(settings, spec, clock=clock) as fleet,
+    ):
+        await results.wait_for(
+            lambda: len(results.values(names.scan_completed)) >= 40, timeout=30, what="40"
+        )
+    await producer.stop()
+    # Two agents share the partitions; a rebalance while they join may hand a command to
+    # the second before the first committed it (at-least-once): count each command once.
+    answers = list({r["command_id"]: r for r in results.values(names.scan_completed)}.values())
+    assert {r["command_id"] for r in answers} == set(ids) and len(fleet) == 2
+    failed = [r for r in answers if r["status"] == "failed"]
+    scores = [r["score"] for r in answers if r["status"] == "succeeded"]
+    assert 3 <= len(failed) <= 25  # 30 % of 40, with room for chance.
+    assert all(r["error"] == "simulated scan failure" for r in failed)
+    assert 40 <= sum(scores) / len(scores) <= 80 and all(0 <= s <= 100 for s in scores)
+
+
+async def test_kairos_agent_simulate_answers_commands_and_stops_on_sigterm(make_settings) -> None:
+    settings = make_settings()
+    await ensure_topics(settings)
+    producer = await start_producer(settings)
+    names = settings.topics
+    now = datetime.now(UTC)
+    fresh = command("cli-1").model_copy(update={"deadline": now + timedelta(hours=1)})
+    await publish(producer, names.scan_commands, "host-cli-1", fresh)
+    log_path = Path(tempfile.mkdtemp()) / "simulate.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [*kairos_executable(), "agent", "simulate", "--scanner", "nmap", "--scan-seconds", "0"],
+            env=settings_env(settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        async with Collector(settings, names.scan_completed) as results:
+            await results.wait_for(
+                lambda: len(results.values(names.scan_completed)) == 1, timeout=60, what="answer"
+            )
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        code = process.wait(20)
+    await producer.stop()
+    assert results.values(names.scan_completed)[0]["command_id"] == "cli-1"
+    assert code == 0, log_path.read_text()[-3000:]
+    assert "agents stopped" in log_path.read_text()

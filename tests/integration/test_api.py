@@ -930,13 +930,13 @@ async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> N
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
-            if path.startswith((P, J)):
+            if path.startswith((P, J, "/api/agents")):
                 assert operation["security"] == [{"HTTPBearer": []}], (method, path)
                 assert {"401", "403", "503"} <= set(operation["responses"]), (method, path)
             else:
                 assert "security" not in operation
             for status, answer in operation["responses"].items():
-                if status.startswith(("4", "5")) and path.startswith((P, J)):
+                if status.startswith(("4", "5")) and path.startswith((P, J, "/api/agents")):
                     assert answer["content"]["application/json"]["schema"]["$ref"].endswith(
                         "/ErrorPublic"
                     ), (method, path, status)
