@@ -89,6 +89,10 @@ class CommandFeed:
             ) from None
         self._task = asyncio.create_task(self._run(), name=f"gateway-{self.scanner}")
 
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -97,6 +101,13 @@ class CommandFeed:
         await self._consumer.stop()
 
     async def _run(self) -> None:
+        try:
+            await self._poll()
+        except Exception:
+            log.exception("the gateway's consumer for %s failed", self.scanner)
+            raise
+
+    async def _poll(self) -> None:
         last_commit = time.monotonic()
         while True:
             if len(self._waiting) >= MAX_BUFFERED:
@@ -236,6 +247,11 @@ class AgentGateway:
     async def feed(self, scanner: str) -> CommandFeed:
         async with self._lock:
             feed = self._feeds.get(scanner)
+            if feed is not None and not feed.alive:
+                # Its consumer failed (logged): start afresh from the committed offsets.
+                del self._feeds[scanner]
+                await asyncio.gather(feed.stop(), return_exceptions=True)
+                feed = None
             if feed is None:
                 if len(self._feeds) >= MAX_SCANNERS:
                     raise GatewayBusy(

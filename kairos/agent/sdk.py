@@ -108,6 +108,8 @@ class Agent:
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._runner: asyncio.Task[None] | None = None
+        self.error: Exception | None = None
+        """What stopped the consumer loop, if it failed rather than being stopped."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -136,9 +138,13 @@ class Agent:
     async def stop(self) -> None:
         """Graceful shutdown; see the class docstring. Safe to call more than once."""
         self._stopping.set()
-        if self._runner is not None:
-            await self._runner
-            self._runner = None
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            try:
+                await runner
+            except Exception as error:  # noqa: BLE001 - reported, then the agent still closes
+                log.error("the agent's consumer loop failed: %r", error)
+                self.error = error
         if self._scans:
             _, unfinished = await asyncio.wait(self._scans, timeout=self.shutdown_grace_seconds)
             for task in unfinished:
@@ -160,17 +166,23 @@ class Agent:
         await self.stop()
 
     async def run_until_signalled(self) -> None:
-        """Start, answer commands until SIGINT or SIGTERM, then stop gracefully."""
+        """Start, answer commands until SIGINT or SIGTERM, then stop gracefully; raises what
+        stopped the consumer loop if it failed on its own (e.g. Kafka refused the group)."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._stopping.set)
         try:
             await self.start()
-            await self._stopping.wait()
+            assert self._runner is not None
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({stopping, self._runner}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
             await self.stop()
+        if self.error is not None:
+            raise self.error
 
     # --- the loop -----------------------------------------------------------------------
 

@@ -3,12 +3,14 @@ result message built from a command and a report."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kairos.agent.simulate import ScannerProfile, simulated_scanner
 from kairos.consuming import OffsetTracker, RecentIds
 from schemas.agent import ScanReport, ScanResultBody, result_event_id, scan_completed
 from schemas.base import CommandReason, ComplianceState
@@ -97,3 +99,24 @@ def test_a_report_that_says_when_it_completed_keeps_that_instant() -> None:
     )
     result = scan_completed(command(), body, now=T0 + timedelta(minutes=5))
     assert result.completed_at == at and result.error == "unreachable"
+
+
+async def test_the_simulated_scanner_follows_its_profile() -> None:
+    profile = ScannerProfile(score_mean=50, score_stddev=40, failure_rate=0.25, scan_seconds=0)
+    scan = simulated_scanner(profile, random.Random(11))
+    reports = [await scan(command(command_id=f"c{n}")) for n in range(400)]
+    failed = [r for r in reports if r.status is ScanStatus.FAILED]
+    scored = [r for r in reports if r.status is ScanStatus.SUCCEEDED]
+    assert 70 <= len(failed) <= 130  # 25 % of 400.
+    assert all(r.score is not None and 0 <= r.score <= 100 for r in scored)
+    assert all(r.passed + r.failed == 50 for r in scored)
+    # Only the worst scans carry high-severity failures (which make a host critical).
+    assert all((r.severity_high_failed > 0) == (r.score < 20 and r.failed >= 3) for r in scored)
+    assert {r.score == 100 for r in scored} == {True, False}  # Clipped, so 100 does occur.
+
+
+def test_a_profile_refuses_impossible_rates() -> None:
+    with pytest.raises(ValueError):
+        ScannerProfile(failure_rate=1.5)
+    with pytest.raises(ValueError):
+        ScannerProfile(scan_seconds=-1)
