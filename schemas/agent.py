@@ -53,23 +53,14 @@ def result_event_id(command_id: str) -> UUID:
 def scan_completed(command: ScanCommand, report: ScanReport, *, now: Timestamp) -> ScanCompleted:
     """The `scan-completed` message answering `command` with `report` (at `now` unless the
     report says when it completed)."""
+    outcome = report.model_dump(include=set(ScanReport.model_fields) - {"completed_at"})
     return ScanCompleted(
         event_id=result_event_id(command.command_id),
         command_id=command.command_id,
         host_id=command.host_id,
         scanner=command.scanner,
-        status=report.status,
-        started_at=report.started_at,
         completed_at=report.completed_at or now,
-        score=report.score,
-        passed=report.passed,
-        failed=report.failed,
-        severity_critical_failed=report.severity_critical_failed,
-        severity_high_failed=report.severity_high_failed,
-        severity_medium_failed=report.severity_medium_failed,
-        severity_low_failed=report.severity_low_failed,
-        scan_id=report.scan_id,
-        error=report.error,
+        **outcome,
     )
 
 
