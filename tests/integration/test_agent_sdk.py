@@ -324,3 +324,25 @@ async def test_kairos_agent_simulate_answers_commands_and_stops_on_sigterm(make_
     assert results.values(names.scan_completed)[0]["command_id"] == "cli-1"
     assert code == 0, log_path.read_text()[-3000:]
     assert "agents stopped" in log_path.read_text()
+
+
+async def test_run_until_signalled_answers_then_stops_on_sigterm(make_settings) -> None:
+    settings = make_settings()
+    await ensure_topics(settings)
+    producer = await start_producer(settings)
+    names = settings.topics
+    await publish(producer, names.scan_commands, "host-sig", command("sig"))
+
+    async def scan(command: ScanCommand) -> ScanReport:
+        return ScanReport(status=ScanStatus.SUCCEEDED, score=100)
+
+    agent = Agent(settings, scan, scanner="nmap", clock=FrozenClock(T0))
+    async with Collector(settings, names.scan_completed) as results:
+        running = asyncio.create_task(agent.run_until_signalled())
+        await results.wait_for(
+            lambda: len(results.values(names.scan_completed)) == 1, timeout=30, what="answer"
+        )
+        os.kill(os.getpid(), signal.SIGTERM)  # Caught by the agent's handler while it runs.
+        await asyncio.wait_for(running, 15)
+    await producer.stop()
+    assert agent.error is None and agent.stats.succeeded == 1
