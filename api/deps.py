@@ -174,6 +174,18 @@ def _at_least(minimum: Role) -> Callable[[Caller], Coroutine[Any, Any, Caller]]:
     return check
 
 
+async def _agent(caller: CallerDep) -> Caller:
+    """Scanner agents' routes take AGENT tokens only (and AGENT tokens nothing else, being
+    below GUEST): an agent's credential cannot read the fleet, an operator's cannot report."""
+    if caller.role is not Role.AGENT:
+        raise Forbidden(
+            f"this needs an AGENT token (kairos token create --role AGENT); "
+            f"the token {caller.name!r} has {caller.role.name}"
+        )
+    return caller
+
+
+AgentDep = Annotated[Caller, Depends(_agent)]
 GuestDep = Annotated[Caller, Depends(_at_least(Role.GUEST))]
 AnalystDep = Annotated[Caller, Depends(_at_least(Role.SECURITY_ANALYST))]
 AdminDep = Annotated[Caller, Depends(_at_least(Role.SECURITY_ADMIN))]

@@ -46,6 +46,18 @@ class CommandNotFound(LookupError):
     pass
 
 
+class LeaseNotFound(LookupError):
+    """A result for a command this gateway never leased (or has long forgotten)."""
+
+
+class LeaseConflict(RuntimeError):
+    """A result whose lease expired, was taken over, or was already reported."""
+
+
+class GatewayBusy(RuntimeError):
+    """The agent gateway serves as many scanners as it may."""
+
+
 class InvalidInput(ValueError):
     """An input that passed type checks but makes no sense; names its field."""
 
@@ -62,6 +74,9 @@ ERROR_STATUS: dict[type[Exception], int] = {
     HostNotFound: 404,
     CommandNotFound: 404,
     HostExists: 409,
+    LeaseNotFound: 404,
+    LeaseConflict: 409,
+    GatewayBusy: 503,
     InvalidInput: 422,
     DatabaseUnavailable: 503,
     KafkaUnavailable: 503,

@@ -15,7 +15,7 @@ from api.deps import Runtime, reject_unknown_query
 from api.metrics import MetricsMiddleware, RequestMetrics
 from api.publisher import Publisher
 from api.queries import QUERY_TIMEOUT_SECONDS
-from api.routes import health, hosts, jobs, operations, scheduler
+from api.routes import agents, health, hosts, jobs, operations, scheduler
 from api.tokens import TokenVerifier
 from kairos.clock import Clock, clock_for_speed
 from kairos.settings import Settings, topic_durability_problem
@@ -114,4 +114,5 @@ def create_app(
     # matrix in tests/integration/test_api.py must list them first (JOBS_IN_OPENAPI).
     app.include_router(jobs.router, include_in_schema=JOBS_IN_OPENAPI)
     console.install(app)
+    app.include_router(agents.router)  # The scanner agents' HTTP gateway (docs/agent.md).
     return app

@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError
 from api.errors import KafkaUnavailable
 from kairos.settings import Settings
 from schemas.api import Accepted
-from schemas.events import HostChange, ObjectEvent, ScheduleChange
+from schemas.events import HostChange, ObjectEvent, ScanCompleted, ScheduleChange
 from schemas.topics import CONFIG_KEY
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,23 @@ class Publisher:
             raise KafkaUnavailable(
                 f"{self._where} did not acknowledge the change on {topic} within "
                 f"{self._timeout:g}s ({_described(error)}); it may not have been published"
+            ) from None
+
+    async def publish_result(self, result: ScanCompleted) -> None:
+        """Send a scanner agent's result on `scan-completed` (key = host_id), acknowledged."""
+        producer = await self._ready()
+        topic = self._settings.topics.scan_completed
+        try:
+            await asyncio.wait_for(
+                producer.send_and_wait(
+                    topic, result.model_dump_json().encode(), key=result.host_id.encode()
+                ),
+                self._timeout,
+            )
+        except (TimeoutError, KafkaError, OSError) as error:
+            raise KafkaUnavailable(
+                f"{self._where} did not acknowledge the result on {topic} within "
+                f"{self._timeout:g}s ({_described(error)}); report it again"
             ) from None
 
     async def publish_objects(self, events: Sequence[ObjectEvent], *, batch_size: int) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kairos import eventscli, opscli
+from kairos.agent_cli import agent_app
 from kairos.settings import Settings
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ db_app = typer.Typer(help="Read-model database.", no_args_is_help=True)
 token_app = typer.Typer(help="API bearer tokens.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(token_app, name="token")
+app.add_typer(agent_app, name="agent")
 
 log = logging.getLogger("kairos")
 

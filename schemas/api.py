@@ -14,8 +14,13 @@ from schemas.events import HostLabels, ObjectAttributes
 
 
 class Role(IntEnum):
-    """Roles in increasing power; a caller may do what any lower role may."""
+    """Roles in increasing power; a caller may do what any lower role may.
 
+    AGENT stands apart, below GUEST: a scanner agent's token, which may only lease commands
+    and report results through `/api/agents/...` (and nothing else may call those).
+    """
+
+    AGENT = 0
     GUEST = 1
     SECURITY_ANALYST = 2
     SECURITY_ADMIN = 3

@@ -353,6 +353,8 @@ async def stack(
 
 GUEST, ANALYST, ADMIN = Role.GUEST, Role.SECURITY_ANALYST, Role.SECURITY_ADMIN
 J = "/api/scheduled-jobs"
+AGENT_RESULT = "/api/agents/commands/cmd-h1-1/result"
+"""Answered 404 to an AGENT token: the gateway never leased that command."""
 ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("GET", f"{P}/config", None, GUEST),
     ("PUT", f"{P}/config", {"interval_critical": 60}, ADMIN),
@@ -384,6 +386,8 @@ ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("POST", f"{J}/nightly/backfill",
      {"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"}, ADMIN),
     ("GET", f"{J}/nightly/history", None, GUEST),
+    ("POST", "/api/agents/compliance/commands:lease?wait=0", None, Role.AGENT),
+    ("POST", AGENT_RESULT, {"status": "failed", "lease_id": "x"}, Role.AGENT),
     ("GET", "/healthz", None, None),
     ("GET", "/readyz", None, None),
     ("GET", "/metrics", None, None),
@@ -397,6 +401,8 @@ def expected_status(caller: Role | str | None, needed: Role | None) -> str:
         return "2xx"
     if not isinstance(caller, Role):
         return "401"
+    if needed is Role.AGENT:  # The agents' gateway: AGENT tokens only.
+        return "2xx" if caller is Role.AGENT else "403"
     return "2xx" if caller >= needed else "403"
 
 
@@ -404,7 +410,8 @@ def _template(path: str) -> str:
     bare = path.split("?")[0]
     for concrete, template in (("h-001", "{host_id}"), ("h-002", "{host_id}"),
                                ("h-003", "{host_id}"), ("cmd-h1-1", "{command_id}"),
-                               ("/nightly", "/{name}")):  # fmt: skip
+                               ("/nightly", "/{name}"),
+                               ("/agents/compliance/", "/agents/{scanner}/")):  # fmt: skip
         bare = bare.replace(concrete, template)
     return bare
 
@@ -433,7 +440,10 @@ async def test_role_matrix(
             assert set(response.json()) >= {"detail"}
         if status == 401:
             assert response.headers["www-authenticate"] == "Bearer"
-    assert seen == {str(caller): expected_status(caller, needed) for caller in CALLERS}
+    expected = {str(caller): expected_status(caller, needed) for caller in CALLERS}
+    if path == AGENT_RESULT:
+        expected[str(Role.AGENT)] = "404"
+    assert seen == expected
 
 
 # --- reads --------------------------------------------------------------------------------
@@ -929,13 +939,13 @@ async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> N
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
-            if path.startswith((P, J, "/api/whoami")):
+            if path.startswith((P, J, "/api/whoami", "/api/agents")):
                 assert operation["security"] == [{"HTTPBearer": []}], (method, path)
                 assert {"401", "403", "503"} <= set(operation["responses"]), (method, path)
             else:
                 assert "security" not in operation
             for status, answer in operation["responses"].items():
-                if status.startswith(("4", "5")) and path.startswith((P, J)):
+                if status.startswith(("4", "5")) and path.startswith((P, J, "/api/agents")):
                     assert answer["content"]["application/json"]["schema"]["$ref"].endswith(
                         "/ErrorPublic"
                     ), (method, path, status)

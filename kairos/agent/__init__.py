@@ -1,0 +1,25 @@
+"""The scanner-agent SDK (docs/agent.md): `Agent` consumes `scan-commands` for one scanner
+and publishes `scan-completed`; `kairos.agent.simulate` runs a simulated fleet on it.
+
+This package is an edge: it may use `schemas` and Kairos' shared plumbing (settings, clock),
+never the worker (`streams`) or the API (`api`).
+"""
+
+from kairos.agent.sdk import Agent, AgentStats, Handler
+from kairos.agent.simulate import FleetSpec, ScannerProfile, run_fleet, simulated_fleet
+from schemas.agent import ScanReport
+from schemas.commands import ScanCommand
+from schemas.events import ScanStatus
+
+__all__ = [
+    "Agent",
+    "AgentStats",
+    "FleetSpec",
+    "Handler",
+    "ScanCommand",
+    "ScanReport",
+    "ScanStatus",
+    "ScannerProfile",
+    "run_fleet",
+    "simulated_fleet",
+]
