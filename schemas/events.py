@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import Field, field_validator
 
 from schemas.base import Contract, HostStatus, Message, Timestamp
 from schemas.config import ConfigChanges
@@ -24,22 +24,10 @@ class Operation(StrEnum):
     DELETED = "deleted"
 
 
-def _bounded_labels(labels: dict[str, str]) -> dict[str, str]:
-    for key, value in labels.items():
-        if not 1 <= len(key) <= LABEL_KEY_MAX_CHARS:
-            raise ValueError(
-                f"label key {key[:40]!r} must have 1 to {LABEL_KEY_MAX_CHARS} characters"
-            )
-        if len(value) > LABEL_VALUE_MAX_CHARS:
-            raise ValueError(
-                f"label {key[:40]!r} has a value of {len(value)} characters;"
-                f" at most {LABEL_VALUE_MAX_CHARS} are kept in host state"
-            )
-    return labels
-
-
+LabelKey = Annotated[str, Field(min_length=1, max_length=LABEL_KEY_MAX_CHARS)]
+LabelValue = Annotated[str, Field(max_length=LABEL_VALUE_MAX_CHARS)]
 HostLabels = Annotated[
-    dict[str, str],
+    dict[LabelKey, LabelValue],
     Field(
         max_length=LABELS_MAX,
         description=(
@@ -47,7 +35,6 @@ HostLabels = Annotated[
             f" {LABEL_VALUE_MAX_CHARS} characters."
         ),
     ),
-    AfterValidator(_bounded_labels),
 ]
 """A host's labels wherever they enter Kairos: bounded, since host state copies them."""
 
