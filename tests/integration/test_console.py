@@ -200,7 +200,7 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         shown(driver, "#run-now").click()
         shown(driver, "#action-result", lambda element: "Run requested" in element.text)
         started = time.monotonic()
-        while "1 fired" not in shown(driver, "#runs p").text:
+        while "1 in flight" not in shown(driver, "#runs p").text:
             assert time.monotonic() - started < WAIT, shown(driver, "#runs").text
             time.sleep(0.5)
             driver.refresh()
