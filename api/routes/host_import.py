@@ -99,7 +99,19 @@ def _json(text: str, line: int) -> Any:
 
 
 def _csv_rows(text: str) -> list[tuple[int, Any]]:
-    reader = csv.DictReader(io.StringIO(text))
+    # newline="" lets the csv module see the line endings itself, as its docs require; a
+    # stray carriage return is then a line ending, not an unhandled csv.Error; strict mode
+    # refuses a stray or unclosed quote (422) instead of guessing what the cell meant.
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    try:
+        return _csv_records(reader)
+    except csv.Error as error:
+        raise InvalidInput(
+            f"line {reader.line_num + 1}", f"not CSV: {error}", location="body"
+        ) from None
+
+
+def _csv_records(reader: csv.DictReader[str]) -> list[tuple[int, Any]]:
     header = [name.strip() for name in reader.fieldnames or []]
     unknown = [name for name in header if name not in CSV_COLUMNS]
     if "id" not in header or unknown:

@@ -61,6 +61,9 @@ def test_csv_with_header_labels_as_pairs_or_json_and_active_words() -> None:
         (b"id,active\na,maybe\n", "text/csv", "line 2", "active"),
         (b"id,labels\na,env\n", "text/csv", "line 2", "key=value"),
         (b"id\na,b\n", "text/csv", "line 2", "more cells"),
+        (b"id,hostname\na,\"x\"y\"\n", "text/csv", "line 2", "not CSV"),
+        (b"id\n\"a", "text/csv", "line 2", "not CSV"),
+        (b"\r0", "text/csv", "line 1", "header"),
         (b"", "application/x-ndjson", "body", "at least one"),
         (b'{"id": "a"}', "application/json", "body", "array"),
         (b'{"id": "a"}', "application/xml", "content-type", "text/csv"),
@@ -74,6 +77,11 @@ def test_a_bad_row_refuses_the_whole_import_naming_its_line(
         parse_import(body, content_type)
     assert refused.value.field == field
     assert words in refused.value.message
+
+
+def test_csv_line_endings_may_be_any_of_lf_crlf_or_cr() -> None:
+    rows = parse_import(b"id,hostname\ra,x\r\nb,y\nc,z", "text/csv")
+    assert [(row.id, row.hostname) for row in rows] == [("a", "x"), ("b", "y"), ("c", "z")]
 
 
 def test_too_many_rows_are_refused() -> None:
