@@ -267,6 +267,12 @@ def dev(
         typer.Option(help="API port (default: the last one used here if free, else 8000)."),
     ] = None,
     home: Annotated[Path, typer.Option(help="Project-local data folder.")] = Path(".kairos"),
+    agents: Annotated[
+        int,
+        typer.Option(
+            min=0, max=16, help="Simulated compliance scanners to run (`kairos agent simulate`)."
+        ),
+    ] = 0,
 ) -> None:
     """Run the whole stack locally: broker, PostgreSQL, worker and API. Ctrl-C stops it.
 
@@ -343,6 +349,9 @@ def dev(
             and stack.first_dead() is None
         ):
             stage(f"the worker is not ready after 120 s; carrying on (see {home / 'worker.log'})")
+        if agents:
+            stage(f"starting {agents} simulated scanner agent(s)...")
+            devstack.spawn(stack, "agents", ["agent", "simulate", "--agents", str(agents)], env)
         lock.describe(
             {
                 "pid": os.getpid(),
@@ -357,7 +366,8 @@ def dev(
         print(f"Broker:     {stack.broker_name} - {stack.broker_note}")
         print(f"Read model: {_redacted(dsn)}")
         print(f"API:        {url}  (docs at {url}/docs)")
-        print(f"Logs:       {home}/worker.log, {home}/api.log")
+        logs = ", ".join(f"{home}/{name}.log" for name, _ in stack.processes)
+        print(f"Logs:       {logs}")
         print(f"Settings:   {dev_env} (read by every `kairos` command under {home.parent});")
         print("            for other tools, paste these lines in a shell:")
         for line in devenv.export_lines(values):

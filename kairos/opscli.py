@@ -250,8 +250,9 @@ def hosts_import(
 ) -> None:
     """Add many hosts: one POST per host, in batches of 100, 8 at a time.
 
-    The API has no bulk endpoint; each host is validated by the API on its own, so one bad
-    line does not stop the others. Exit code: that of the first refusal, 0 if none.
+    Each host is validated by the API on its own, so one bad line does not stop the others
+    (`POST /hosts:import` would refuse the whole file). Exit code: that of the first refusal,
+    0 if none.
     """
     hosts = read_hosts_file(file)
     api = client(token)
@@ -288,6 +289,53 @@ def hosts_import(
             _err(f"{host_id}: {error}")
     if refused:
         raise typer.Exit(code=refused[0][1].exit_code)
+
+
+DEMO_ORGANIZATIONS = ("acme", "globex", "initech")
+DEMO_ENVIRONMENTS = ("prod", "staging", "dev")
+DEMO_TEAMS = ("blue", "green", "red", "gold")
+
+
+def demo_hosts(count: int, prefix: str) -> list[dict[str, Any]]:
+    """`count` plausible hosts, the same ones on every call: `prefix`0001, `prefix`0002, …"""
+    width = max(4, len(str(count)))
+    hosts = []
+    for number in range(1, count + 1):
+        host_id = f"{prefix}{number:0{width}d}"
+        hosts.append(
+            {
+                "id": host_id,
+                "hostname": f"{host_id}.example.test",
+                "organization": DEMO_ORGANIZATIONS[number % len(DEMO_ORGANIZATIONS)],
+                "labels": {
+                    "env": DEMO_ENVIRONMENTS[number % len(DEMO_ENVIRONMENTS)],
+                    "team": DEMO_TEAMS[number % len(DEMO_TEAMS)],
+                    "demo": "true",
+                },
+            }
+        )
+    return hosts
+
+
+@hosts_app.command("demo")
+def hosts_demo(
+    count: Annotated[int, typer.Argument(min=1, max=10_000, help="How many hosts.")] = 50,
+    prefix: Annotated[str, typer.Option(help="Host ids are PREFIX0001, PREFIX0002, ...")] = "demo-",
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add COUNT demo hosts in one import (label demo=true); their first scans are due at once.
+
+    They are ordinary hosts: their states change when a scanner agent answers their commands
+    (`kairos dev --agents 1` runs a simulated one). Running it again updates the same hosts.
+    """
+    with api_errors():
+        answer = client(token).post(f"{SCHEDULER}/hosts:import", demo_hosts(count, prefix))
+    if as_json:
+        _print_json(answer)
+        return
+    _out(f"published {answer['hosts']} demo hosts ({prefix}...); their first scans are due now")
+    _out("their states change as a scanner agent answers: `kairos dev --agents 1` runs one")
 
 
 @hosts_app.command("list")

@@ -117,13 +117,13 @@ class Run:
     seconds: float
 
 
-def start_dev(folder: Path) -> DevRun:
+def start_dev(folder: Path, *options: str) -> DevRun:
     folder.mkdir(parents=True, exist_ok=True)
     output = folder / "dev-output.txt"
     broker = "tansu" if chosen_broker() == "tansu" else "apache"
     env = {**clean_env(), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [*kairos_executable(), "dev", "--broker", broker, "--port", str(free_port())],
+        [*kairos_executable(), "dev", "--broker", broker, "--port", str(free_port()), *options],
         cwd=folder,
         env=env,
         stdout=output.open("wb"),
@@ -333,6 +333,39 @@ def test_a_stop_signal_stops_every_child(tmp_path: Path, stop_signal: signal.Sig
         children = run.children()
         assert {"worker", "api"} <= set(children) and len(children) >= 4
         run.process.send_signal(stop_signal)
+        assert run.process.wait(90) == 0
+        assert run.survivors([*children.values()]) == []
+    finally:
+        run.stop()
+
+
+def test_demo_hosts_change_state_as_the_simulated_agent_answers(tmp_path: Path) -> None:
+    run = start_dev(tmp_path / "demo", "--agents", "1")
+    try:
+        run.wait_ready()
+        assert "agents.log" in run.text()
+        demo = run.kairos("hosts", "demo", "5")
+        assert demo.code == 0, demo.stderr
+        assert "published 5 demo hosts" in demo.stdout
+
+        def demo_states() -> dict[str, str]:
+            listed = run.kairos("hosts", "list", "--label", "demo=true", "--json")
+            assert listed.code == 0, listed.stderr
+            return {row["host_id"]: row["state"] for row in json.loads(listed.stdout)["data"]}
+
+        deadline = time.monotonic() + 90
+        states = demo_states()
+        # A simulated scan fails 5 % of the time and is retried minutes later, so one host
+        # may stay `unknown`; the others take the state their score gives them.
+        while len(states) < 5 or sum(state != "unknown" for state in states.values()) < 4:
+            assert time.monotonic() < deadline, f"demo hosts still {states}"
+            time.sleep(1)
+            states = demo_states()
+        assert sorted(states) == [f"demo-{number:04d}" for number in range(1, 6)]
+
+        children = run.children()
+        assert "agents" in children
+        run.process.send_signal(signal.SIGTERM)
         assert run.process.wait(90) == 0
         assert run.survivors([*children.values()]) == []
     finally:
