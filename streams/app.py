@@ -22,7 +22,7 @@ from faust.exceptions import FaustError
 
 from kairos.clock import Clock, clock_for_speed
 from kairos.settings import KafkaSecurityProtocol, Settings
-from schemas.commands import Rejection, ScanCommand
+from schemas.commands import ADAPTIVE_SCANNER, Rejection, ScanCommand
 from schemas.config import SchedulerConfig
 from schemas.events import (
     ConfigUpdated,
@@ -73,6 +73,8 @@ HOSTS_PER_DUE_SIGNAL = 1000
 """Keeps a HostsDue signal far below Kafka's 1 MiB message limit at any burst size."""
 RELEASED_MARKER_KEPT = timedelta(minutes=30)
 """Scheduler time a released command's marker is kept: longer than any replay or re-request."""
+BUSY_RECHECK = timedelta(seconds=30)
+"""How often a host held back by a schedule's command of its scanner is looked at again."""
 DERIVED_RECORD_MAX_BYTES = 900_000
 """Below the producer's 1,000,000-byte request limit, with room for the record's envelope."""
 
@@ -292,7 +294,13 @@ class KairosWorker:
                 return
         stored = self.hosts.get(host_id)
         schedule = HostSchedule.model_validate_json(stored) if stored else None
-        decision = decide(schedule, parsed, now=self.clock.now(), config=self.config)
+        decision = decide(
+            schedule,
+            parsed,
+            now=self.clock.now(),
+            config=self.config,
+            scanner_busy=stage.holds_scanner(host_id, ADAPTIVE_SCANNER),
+        )
         await self._apply(host_id, partition, schedule, decision)
         if isinstance(parsed, ScanCompleted) and not decision.ignored:
             self.metrics.results_applied.inc()
@@ -310,12 +318,19 @@ class KairosWorker:
 
     async def _wake_hosts(self, due: HostsDue, topic: str, partition: int, offset: int) -> None:
         """Each host as if it had its own HostDue; one host's failure parks only that host."""
+        holds_scanner = self.schedule_stage.holds_scanner
         for host_id in due.host_ids:
             signal = HostDue(host_id=host_id, wake_at=due.wake_at)
             try:
                 stored = self.hosts.get(host_id)
                 schedule = HostSchedule.model_validate_json(stored) if stored else None
-                decision = decide(schedule, signal, now=self.clock.now(), config=self.config)
+                decision = decide(
+                    schedule,
+                    signal,
+                    now=self.clock.now(),
+                    config=self.config,
+                    scanner_busy=holds_scanner(host_id, ADAPTIVE_SCANNER),
+                )
                 await self._apply(host_id, partition, schedule, decision)
             except INFRASTRUCTURE_ERRORS:
                 raise
@@ -364,7 +379,19 @@ class KairosWorker:
             await self.direct.send(
                 self.names.dispatch_queue, DISPATCH_KEY, codec.encode(message), DISPATCH_PARTITION
             )
-        self.due_index.set(host_id, wake_at(after, self.config) if after else None)
+        if decision.held_busy:
+            # Woken when the schedule's command ends (`wake_host`); the recheck covers an end
+            # this worker does not see, such as one handled before a rebalance.
+            self.counters["adaptive_held_busy"] += 1
+            self.metrics.held_busy.inc()
+            self.due_index.set(host_id, self.clock.now() + BUSY_RECHECK)
+        else:
+            self.due_index.set(host_id, wake_at(after, self.config) if after else None)
+
+    def wake_host(self, host_id: str) -> None:
+        """Look at the host at the next tick: what held its claim back has ended."""
+        if host_id in self.due_index:
+            self.due_index.set(host_id, self.clock.now())
 
     async def _change_global(
         self,

@@ -16,6 +16,9 @@ class DueIndex:
     def __len__(self) -> int:
         return len(self._wake_at)
 
+    def __contains__(self, host_id: object) -> bool:
+        return host_id in self._wake_at
+
     def set(self, host_id: str, wake_at: datetime | None) -> None:
         """Schedule `host_id` to wake at `wake_at`; None removes it."""
         if wake_at is None:

@@ -45,6 +45,13 @@ class WorkerMetrics:
         self.results_applied = registry.add(
             Counter("kairos_results_applied_total", "Scan results applied to host schedules.")
         )
+        self.held_busy = registry.add(
+            Counter(
+                "kairos_adaptive_claims_held_busy_total",
+                "Due adaptive claims held back because a schedule's command of the same"
+                " scanner was in flight on the host.",
+            )
+        )
         self.timeouts = registry.add(
             Counter("kairos_commands_timed_out_total", "Commands whose deadline passed.")
         )

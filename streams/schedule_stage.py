@@ -623,6 +623,15 @@ class ScheduleStage:
                 hosts.append(HostSchedule.model_validate_json(stored))
         return hosts
 
+    def holds_scanner(self, host_id: str, scanner: str) -> bool:
+        """A schedule's command of `scanner` is in flight on the host (a live busy marker)."""
+        held = self.commands.get(busy_key(host_id, scanner))
+        if held is None:
+            return False
+        holder = self._entry(held.decode())
+        choice = fan_out_choice(None, held.decode(), busy_entry=holder)
+        return choice is FanOutChoice.BUSY
+
     def _entry(self, command_id: str) -> CommandEntry | None:
         stored = self.commands.get(command_id)
         return CommandEntry.model_validate_json(stored) if stored else None
@@ -654,6 +663,8 @@ class ScheduleStage:
             held = self.commands.get(busy)
             if held is not None and held.decode() == command_id:
                 self.commands.pop(busy, None)
+                if entry.scanner == ADAPTIVE_SCANNER:
+                    self.worker.wake_host(host_id)  # Its adaptive claim may be waiting.
             newest = last_ended_key(host_id, entry.scanner)
             previous = self.commands.get(newest)
             if previous is not None and previous.decode() != command_id:

@@ -68,6 +68,9 @@ class Decision:
     dispatch: Sequence[DispatchRequested] = ()
     releases: Sequence[SlotReleased] = ()
     ignored: str | None = None
+    held_busy: bool = False
+    """Due, but a schedule's command of the adaptive scanner is in flight on the host: the
+    claim waits until that command ends (one command per host and scanner)."""
 
 
 @dataclass
@@ -75,8 +78,10 @@ class _Draft:
     """Mutable working copy used inside one decision."""
 
     values: dict[str, Any]
+    scanner_busy: bool = False
     dispatch: list[DispatchRequested] = field(default_factory=list)
     releases: list[SlotReleased] = field(default_factory=list)
+    held_busy: bool = False
 
 
 def decide(
@@ -85,19 +90,24 @@ def decide(
     *,
     now: datetime,
     config: SchedulerConfig,
+    scanner_busy: bool = False,
 ) -> Decision:
-    """Fold `event` into `schedule` at instant `now` under `config`."""
+    """Fold `event` into `schedule` at instant `now` under `config`.
+
+    `scanner_busy`: a generic schedule has a command of the adaptive scanner in flight on this
+    host; a due claim (a forced one too) then waits for it to end.
+    """
     event_id = getattr(event, "event_id", None)
     if schedule is not None and event_id is not None:
         if event_fingerprint(event_id) in schedule.recent_event_ids:
             return Decision(schedule, ignored="duplicate_event")
 
     if isinstance(event, ObjectEvent):
-        return _on_object_event(schedule, event, now=now, config=config)
+        return _on_object_event(schedule, event, now=now, config=config, scanner_busy=scanner_busy)
     if schedule is None:
         return Decision(None, ignored="unknown_host")
 
-    draft = _Draft(values=schedule.model_dump())
+    draft = _Draft(values=schedule.model_dump(), scanner_busy=scanner_busy)
     _expire_maintenance(draft, now, config)
     ignored: str | None = None
     match event:
@@ -164,7 +174,12 @@ def is_overdue(schedule: HostSchedule, *, now: datetime, config: SchedulerConfig
 
 
 def _on_object_event(
-    schedule: HostSchedule | None, event: ObjectEvent, *, now: datetime, config: SchedulerConfig
+    schedule: HostSchedule | None,
+    event: ObjectEvent,
+    *,
+    now: datetime,
+    config: SchedulerConfig,
+    scanner_busy: bool,
 ) -> Decision:
     if event.object_type != HOST_OBJECT_TYPE:
         return Decision(schedule, ignored="not_a_host")
@@ -200,12 +215,13 @@ def _on_object_event(
                 attributes=attributes,
                 created_at=now,
                 updated_at=now,
-            ).model_dump()
+            ).model_dump(),
+            scanner_busy=scanner_busy,
         )
         _claim_if_due(draft, now=now, config=config)
         return _finish(None, draft, event_id=event.event_id, now=now, ignored=None)
 
-    draft = _Draft(values=schedule.model_dump())
+    draft = _Draft(values=schedule.model_dump(), scanner_busy=scanner_busy)
     draft.values["attributes"] = attributes.model_dump()
     draft.values["is_active"] = attributes.is_active
     draft.values["status"] = attributes.status
@@ -374,6 +390,9 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
     scannable = values["is_active"] and values["status"] is not HostStatus.DOWN
     if not forced and (not scannable or not config.enabled or values["maintenance_mode"]):
         return
+    if draft.scanner_busy:
+        draft.held_busy = True
+        return
     if forced:
         reason, priority, due_at = CommandReason.FORCE, FORCE_PRIORITY, now
     else:
@@ -428,7 +447,7 @@ def _finish(
         # Only the remembered event id may have moved; keep it without a new version.
         assert before is not None
         kept = before.model_copy(update={"recent_event_ids": values["recent_event_ids"]})
-        return Decision(kept, changed=kept != before, ignored=ignored)
+        return Decision(kept, changed=kept != before, ignored=ignored, held_busy=draft.held_busy)
     values["version"] = (before.version if before else 0) + 1
     values["updated_at"] = now
     return Decision(
@@ -437,6 +456,7 @@ def _finish(
         dispatch=tuple(draft.dispatch),
         releases=tuple(draft.releases),
         ignored=ignored,
+        held_busy=draft.held_busy,
     )
 
 

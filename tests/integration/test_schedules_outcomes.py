@@ -17,7 +17,12 @@ from schemas.base import HostStatus
 from schemas.internal import ReleaseOutcome
 from streams import codec
 from streams.schedule_stage import ScheduleCommandEnded
-from tests.support.factories import backfill_requested, scan_result, schedule_triggered
+from tests.support.factories import (
+    backfill_requested,
+    scan_requested,
+    scan_result,
+    schedule_triggered,
+)
 from tests.support.kafka import publish, wait_until
 from tests.support.schedules import schedule_harness
 
@@ -252,3 +257,46 @@ async def test_a_schedule_of_the_adaptive_scanner_skips_a_host_busy_with_its_ada
     assert (run.outcome, run.commands_issued, run.skip_reason) == ("skipped", 0, "all_busy")
     assert run.skipped_hosts == {"busy": 1}
     assert bench.commands("extra") == []
+
+
+async def test_the_adaptive_scan_waits_for_a_schedule_command_of_its_scanner_then_runs(
+    make_settings, workers
+) -> None:
+    settings = make_settings()
+    workers(settings)
+    host = "shared-2"
+    # Adaptive commands are answered at once; the schedule's command waits for the test.
+    async with schedule_harness(settings, answer=lambda c: c.get("schedule_id") is None) as bench:
+        await bench.configure(initial_spread_seconds=0, scan_timeout_seconds=LONG_SCAN_TIMEOUT)
+        await bench.add_hosts(host)
+
+        def adaptive() -> list[dict[str, object]]:
+            return [c for c in bench.fleet.commands_for(host) if c.get("schedule_id") is None]
+
+        await wait_until(
+            lambda: any(c["command_id"] in bench.fleet.answered for c in adaptive()),
+            timeout=30,
+            what="the host's first adaptive scan, answered",
+        )
+        await bench.upsert(
+            "audit", scanner="compliance", recurrence=ON_DEMAND, targets={"object_ids": [host]}
+        )
+        await bench.wait_for_schedules("audit")
+        await bench.send_change(schedule_triggered("audit"))
+        await wait_until(lambda: bool(bench.commands("audit")), timeout=30, what="audit's command")
+        before = len(adaptive())
+
+        # An operator forces the adaptive scan while the schedule's scan of the same scanner
+        # runs: without the hold it would be issued within a second.
+        await publish(bench.producer, settings.topics.schedule_changes, host, scan_requested(host))
+        await asyncio.sleep(6)
+        assert len(adaptive()) == before, "an adaptive command went out beside the schedule's"
+
+        [audit] = bench.commands("audit")
+        bench.fleet.answer_later(audit)
+        await wait_until(
+            lambda: len(adaptive()) > before, timeout=60, what="the forced scan after audit's"
+        )
+    forced = adaptive()[before]
+    assert forced["reason"] == "force"
+    assert forced["command_id"] != audit["command_id"]

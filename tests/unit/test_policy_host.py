@@ -1523,3 +1523,47 @@ def test_redelivered_inputs_change_nothing(
     assert again.ignored == "duplicate_event"
     assert again.schedule == final
     assert again.dispatch == () and again.releases == ()
+
+
+# --- one command per host and scanner, across schedules -------------------------------
+
+
+def test_a_due_claim_waits_while_a_schedule_command_of_its_scanner_is_in_flight() -> None:
+    schedule = scanned(score=100.0, completed_at=NOW)
+    due = schedule.next_scheduled_scan
+
+    held = decide(schedule, host_due(at=due), now=due, config=DEFAULT_CONFIG, scanner_busy=True)
+
+    assert held.held_busy is True
+    assert held.dispatch == ()
+    assert held.schedule is not None and held.schedule.in_flight is None
+
+    later = due + MINUTE
+    freed = decide(held.schedule, host_due(at=later), now=later, config=DEFAULT_CONFIG)
+
+    [request] = freed.dispatch
+    assert freed.held_busy is False
+    assert request.reason is CommandReason.SCHEDULED and request.due_at == due
+
+
+def test_a_forced_scan_also_waits_for_the_schedule_command_then_runs_first() -> None:
+    schedule = scanned(score=100.0, completed_at=NOW)
+    at = NOW + timedelta(hours=1)
+
+    held = decide(schedule, scan_requested(at=at), now=at, config=DEFAULT_CONFIG, scanner_busy=True)
+
+    assert held.held_busy is True and held.dispatch == ()
+    assert held.schedule is not None and held.schedule.force_requested is True
+
+    later = at + MINUTE
+    [request] = decide(held.schedule, host_due(at=later), now=later, config=DEFAULT_CONFIG).dispatch
+    assert request.reason is CommandReason.FORCE and request.priority == 10
+
+
+def test_a_host_not_due_is_not_held_by_a_busy_scanner() -> None:
+    schedule = scanned(score=100.0, completed_at=NOW)  # Next scan a day away.
+    at = NOW + MINUTE
+
+    decision = decide(schedule, host_due(at=at), now=at, config=DEFAULT_CONFIG, scanner_busy=True)
+
+    assert decision.held_busy is False and decision.dispatch == ()
