@@ -87,6 +87,17 @@ class UpcomingScanPublic(Contract):
     priority: int = Field(description="The host's `scan_priority`.")
 
 
+class DispatchLateness(Contract):
+    """How late the newest commands went out: `issued_at - due_at` of each, in seconds."""
+
+    commands: int = Field(
+        description="Commands measured: the newest issued within the last hour, at most 1,000."
+    )
+    p50_seconds: float
+    p99_seconds: float
+    max_seconds: float
+
+
 class StatusPublic(Contract):
     """The scheduler at a glance, from counters the projector keeps current."""
 
@@ -119,6 +130,11 @@ class StatusPublic(Contract):
         "they are kept in history as `unmatched` and change no host.",
     )
     max_concurrent_scans: int
+    dispatch_lateness: DispatchLateness | None = Field(
+        default=None,
+        description="Lateness of the newest commands (read model); null when none was issued "
+        "in the last hour.",
+    )
     projection_lag_seconds: float | None = Field(
         description="How far the read model trails the events: seconds from the newest event "
         "projected to its projection (worst source); null before the projector wrote anything."

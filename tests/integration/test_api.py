@@ -527,6 +527,33 @@ async def test_status_lists_the_next_hosts_due_and_those_past_the_promise(stack:
     assert (await stack.get(f"{P}/status", params={"upcoming": 101})).status_code == 422
 
 
+async def test_status_reports_how_late_the_newest_commands_went_out(stack: Stack) -> None:
+    # The seeded commands went out an hour or more before now: outside what /status measures.
+    assert (await stack.get(f"{P}/status")).json()["dispatch_lateness"] is None
+    host = "late-host"
+    late_by = [0.25 * number for number in range(1, 1201)]  # More than the 1,000 measured.
+    async with await connect(stack.settings.database_url) as conn:
+        for number, seconds in enumerate(late_by):
+            issued = T0 - timedelta(seconds=number + 1)  # The smallest lateness is the newest.
+            await insert_command(
+                conn, f"late-{number}", host, issued, due_at=issued - timedelta(seconds=seconds)
+            )
+        await conn.commit()
+    try:
+        lateness = (await stack.get(f"{P}/status")).json()["dispatch_lateness"]
+    finally:
+        async with await connect(stack.settings.database_url) as conn:
+            await conn.execute("DELETE FROM scan_commands WHERE host_id = %s", (host,))
+            await conn.commit()
+    measured = sorted(late_by[:1000])
+    assert lateness == {
+        "commands": 1000,
+        "p50_seconds": pytest.approx(measured[499]),
+        "p99_seconds": pytest.approx(measured[989]),
+        "max_seconds": pytest.approx(measured[-1]),
+    }
+
+
 async def test_hosts_due_in_dispatch_order_with_limit(stack: Stack) -> None:
     wanted = sorted(
         (row for row in FLEET if due(row)),

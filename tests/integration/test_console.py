@@ -7,6 +7,7 @@ them in CI. Elsewhere the test is skipped when they are missing, never in CI.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 import time
@@ -165,8 +166,15 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         shown(driver, "#sign-out").click()
 
         sign_in(driver, base, tokens[Role.SECURITY_ADMIN])
-        cards = shown(driver, "#fleet-cards", lambda element: "6\nhosts" in element.text)
+        cards = shown(
+            driver,
+            "#fleet-cards",
+            lambda element: "6\nhosts" in element.text and " commands" in element.text,
+        )
         assert "in flight / cap" in cards.text and "dead letters" in cards.text
+        # The seeded hosts' commands went out moments ago: their lateness is measured.
+        lateness = r"[\d.]+ s\ndispatch lateness, p99\np50 [\d.]+ s, max [\d.]+ s, last \d+ "
+        assert re.search(lateness, cards.text), cards.text
         shown(driver, "table", lambda element: "critical" in element.text)
         # Recent failures: edge-1's scan failed.
         shown(driver, "a[href='#/hosts/edge-1']", lambda element: element.text == "edge-1")

@@ -1,4 +1,5 @@
-// Fleet status: hosts by state, in flight against the cap, due soon, overdue, failures.
+// Fleet status: hosts by state, in flight against the cap, due soon, overdue, dispatch
+// lateness, failures.
 import { J, P, get, may } from "./api.js";
 import { badge, fill, h, notice, table, when } from "./dom.js";
 
@@ -17,6 +18,7 @@ async function render(main, session) {
   const share = Math.min(100, (100 * status.in_flight) / Math.max(1, status.max_concurrent_scans));
   const failing = jobs.data.filter((job) => job.consecutive_failures > 0 || job.last_error);
   const lag = status.projection_lag_seconds;
+  const late = status.dispatch_lateness;
   fill(main,
     h("h1", {}, "Fleet status"),
     status.enabled ? null : notice("Dispatch is paused (scheduler disabled).", true),
@@ -29,6 +31,11 @@ async function render(main, session) {
       card("past the 48 h promise", status.past_promise),
       card("in maintenance", status.maintenance),
       card("down", status.down),
+      card("dispatch lateness, p99", late ? `${late.p99_seconds.toFixed(2)} s` : "—",
+        h("div", { className: "muted" }, late
+          ? `p50 ${late.p50_seconds.toFixed(2)} s, max ${late.max_seconds.toFixed(2)} s,`
+            + ` last ${late.commands} commands`
+          : "no command in the last hour")),
       card("projection lag", lag === null ? "—" : `${lag.toFixed(1)} s`),
       letters ? card("dead letters", letters.count) : null),
     h("h2", {}, "Hosts by state"),
