@@ -228,6 +228,13 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         assert "labels.env" in row.text
         assert not shown(driver, "input.toggle[data-name='nightly-web']").is_selected()
 
+        # The forecast: a chart of 48 hours (one bar each) and what it says of the promise.
+        driver.get(f"{base}/#/forecast")
+        headline = shown(driver, "#forecast-headline", lambda element: "promise" in element.text)
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#forecast-chart rect.due")) == 48
+        assert driver.find_elements(By.CSS_SELECTOR, "#forecast-chart polyline.capacity")
+        forecast_says_kept = "keeps" in headline.text
+
         driver.get(f"{base}/#/")
         shown(driver, "#fleet-cards", lambda element: "6\nhosts" in element.text)
         shown(driver, "table", lambda element: "critical" in element.text)
@@ -239,6 +246,8 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://kairos") as client:
             job = (await client.get(f"{J}/nightly-web", headers=admin)).json()
+            forecast = (await client.get(f"{P}/forecast", headers=admin)).json()
+    assert forecast_says_kept is forecast["promise_kept"]
     assert job["enabled"] is False
     assert job["definition"]["recurrence"] == {"kind": "cron", "expression": "0 3 * * *"}
     assert job["definition"]["targets"]["filter"]["value"] == "prod"

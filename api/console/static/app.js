@@ -3,6 +3,7 @@ import { api, may, token } from "./api.js";
 import { fill, h, notice } from "./dom.js";
 import { deadLettersView, configView } from "./admin.js";
 import { fleetView } from "./fleet.js";
+import { forecastView } from "./forecast.js";
 import { hostsView, hostView } from "./hosts.js";
 import { scheduleFormView, scheduleView, schedulesView } from "./schedules.js";
 
@@ -20,6 +21,7 @@ const ROUTES = [
   [/^#\/schedules\/([^/]+)$/, scheduleView],
   [/^#\/dead-letters$/, deadLettersView],
   [/^#\/config$/, configView],
+  [/^#\/forecast$/, forecastView],
 ];
 
 function signIn(message) {
