@@ -28,6 +28,8 @@ from kairos.db import DatabaseUnavailable, redact
 from kairos.settings import Settings
 from schemas.api import Role
 
+FORECAST_PROBE_SECONDS = 60.0
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -46,6 +48,11 @@ class Runtime:
         default_factory=SharedProbe
     )
     """(projection lag, backlog, read model up) for `/metrics`, read at most once a second."""
+    forecast_figures: SharedProbe[tuple[int, int] | None] = field(
+        default_factory=lambda: SharedProbe(FORECAST_PROBE_SECONDS)
+    )
+    """(promise kept 1/0, hosts that would miss it) over the next 48 h, for `/metrics`: the
+    forecast reads every scannable host, so a scrape computes it at most once a minute."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -11,8 +12,12 @@ from api import queries
 from api.deps import Runtime, RuntimeDep, reject_unknown_query
 from api.metrics import RequestMetrics, gauge
 from kairos.db import DatabaseUnavailable, redact
+from kairos.forecast import forecast
 from kairos.prometheus import CONTENT_TYPE
 from schemas.api import HealthPublic, ReadinessPublic
+
+FORECAST_HOURS = 48
+"""The horizon of the forecast `/metrics` reports: the 48 h promise."""
 
 router = APIRouter(tags=["health"], dependencies=[Depends(reject_unknown_query)])
 
@@ -85,7 +90,32 @@ async def metrics(request: Request, runtime: RuntimeDep) -> PlainTextResponse:
     lines += gauge(
         "kairos_projection_backlog_messages", "Messages the projector has yet to apply.", backlog
     )
+    forecast = await runtime.forecast_figures.get(lambda: _forecast_figures(runtime))
+    kept, misses = forecast if forecast is not None else (None, None)
+    lines += gauge(
+        "kairos_forecast_promise_kept",
+        "1 if the forecast of the next 48 h scans every host within the promise, 0 if not"
+        " (computed at most once a minute).",
+        kept,
+    )
+    lines += gauge(
+        "kairos_forecast_hosts_missing_promise",
+        "Hosts the forecast of the next 48 h scans later than the promise.",
+        misses,
+    )
     return PlainTextResponse("\n".join(lines) + "\n", media_type=CONTENT_TYPE)
+
+
+async def _forecast_figures(runtime: Runtime) -> tuple[int, int] | None:
+    now = runtime.clock.now().astimezone(UTC)
+    try:
+        async with runtime.pool.connection(timeout=min(runtime.timeout, 1.0)) as conn:
+            inputs = await queries.forecast_inputs(conn, now=now, hours=FORECAST_HOURS)
+    except Exception:  # noqa: BLE001 - metrics must answer while PostgreSQL is down
+        return None
+    # Pure Python over every scannable host: off the event loop, so requests keep flowing.
+    result = await asyncio.to_thread(forecast, now=now, hours=FORECAST_HOURS, **inputs)
+    return int(result.promise_kept), len(result.misses)
 
 
 async def _read_model_figures(runtime: Runtime) -> tuple[float | None, int | None, int]:

@@ -973,6 +973,10 @@ async def test_metrics_has_route_counts_latency_pool_and_projection_lag(stack: S
     assert "kairos_db_pool_size " in text and "kairos_db_pool_available " in text
     assert "kairos_projection_lag_seconds 2" in text
     assert "kairos_read_model_up 1" in text
+    # The figures the forecast alert fires on are the forecast's own (GET …/forecast).
+    forecast = (await stack.get(f"{P}/forecast")).json()
+    assert f"kairos_forecast_promise_kept {int(forecast['promise_kept'])}" in text
+    assert f"kairos_forecast_hosts_missing_promise {len(forecast['misses'])}" in text
 
 
 async def test_openapi_declares_bearer_auth_and_error_answers(stack: Stack) -> None:

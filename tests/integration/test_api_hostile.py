@@ -244,7 +244,7 @@ async def test_metrics_labels_stay_bounded(base: Base) -> None:
 
 async def test_open_endpoints_probe_the_database_at_most_once_a_second(base: Base) -> None:
     """/readyz and /metrics take no token: a flood of them, sequential and concurrent, makes
-    at most one database probe each per second."""
+    at most one database probe each per second (and one forecast a minute)."""
     async with running(base.settings) as api:
         assert (await api.client.get("/readyz")).status_code == 200
         checkouts = api.checkouts()
@@ -257,5 +257,5 @@ async def test_open_endpoints_probe_the_database_at_most_once_a_second(base: Bas
         seconds = asyncio.get_running_loop().time() - started
         probes = api.checkouts() - checkouts
         assert len(answers) * 5 == 200
-        assert probes <= 2 * (int(seconds) + 1), (probes, seconds)
+        assert probes <= 2 * (int(seconds) + 1) + 1, (probes, seconds)
         assert "kairos_read_model_up 1" in answers[-1].text

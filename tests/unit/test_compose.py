@@ -641,3 +641,31 @@ def test_grafana_dashboard_only_plots_metrics_kairos_exports() -> None:
     source = "".join(p.read_text() for d in ("streams", "api") for p in (root / d).rglob("*.py"))
     missing = sorted(name for name in used if f'"{name}' not in source)
     assert used and not missing, f"dashboard plots metrics nobody exports: {missing}"
+
+
+def test_alert_rules_are_loaded_and_only_use_metrics_kairos_exports(
+    compose: dict[str, Any],
+) -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    volumes = compose["services"]["prometheus"]["volumes"]
+    assert "./deploy/alerts.yml:/etc/prometheus/alerts.yml:ro" in volumes
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    rules = [
+        rule
+        for group in yaml.safe_load((DEPLOY / "alerts.yml").read_text())["groups"]
+        for rule in group["rules"]
+    ]
+    names = {rule["alert"] for rule in rules}
+    assert "KairosForecastBreaksPromise" in names
+    for rule in rules:
+        assert {"alert", "expr", "for", "labels", "annotations"} <= set(rule), rule
+    used = {
+        re.sub(r"_(bucket|sum|count)$", "", m)
+        for rule in rules
+        for text in (rule["expr"], *rule["annotations"].values())
+        for m in re.findall(r"kairos_\w+", text)
+    }
+    root = Path(__file__).resolve().parents[2]
+    source = "".join(p.read_text() for d in ("streams", "api") for p in (root / d).rglob("*.py"))
+    missing = sorted(name for name in used if f'"{name}' not in source)
+    assert used and not missing, f"alerts use metrics nobody exports: {missing}"
