@@ -49,6 +49,7 @@ class ScannerFleet:
         self.answered: set[str] = set()
         self.in_flight: set[str] = set()
         self._deadlines: dict[str, datetime] = {}
+        self._newest_issued_at: datetime | None = None
         self.max_in_flight = 0
         self._consumer = AIOKafkaConsumer(
             settings.topics.scan_commands,
@@ -82,9 +83,16 @@ class ScannerFleet:
             command_id = command["command_id"]
             if command_id in self.answered or command_id in self.in_flight:
                 continue  # A re-sent command: agents dedupe on command_id.
-            self._forget_expired(issued_at=datetime.fromisoformat(command["issued_at"]))
-            self.in_flight.add(command_id)
-            self._deadlines[command_id] = datetime.fromisoformat(command["deadline"])
+            issued_at = datetime.fromisoformat(command["issued_at"])
+            if self._newest_issued_at is None or issued_at > self._newest_issued_at:
+                self._newest_issued_at = issued_at
+            self._forget_expired(issued_at=self._newest_issued_at)
+            deadline = datetime.fromisoformat(command["deadline"])
+            # Commands come from many partitions, so one issued before an outage may arrive
+            # after others issued past its deadline: Kairos already counts it out of the cap.
+            if deadline > self._newest_issued_at:
+                self.in_flight.add(command_id)
+                self._deadlines[command_id] = deadline
             self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
             if self.answer(command):
                 self.answer_later(command)
@@ -92,8 +100,9 @@ class ScannerFleet:
     def _forget_expired(self, *, issued_at: datetime) -> None:
         """A command past its deadline no longer holds a slot: Kairos counts it as failed.
 
-        Commands issued at `issued_at` show Kairos' clock had reached that instant, so any
-        unanswered command whose deadline is earlier is out of the cap (late, not in flight).
+        A command issued at `issued_at` shows Kairos' clock had reached that instant (the newest
+        such instant is passed), so any unanswered command whose deadline is not later is out
+        of the cap (late, not in flight).
         """
         expired = [c for c in self.in_flight if self._deadlines[c] <= issued_at]
         for command_id in expired:
