@@ -86,10 +86,19 @@ async def test_empty_target_set_is_recorded_as_skipped_not_failed(
         def runs() -> list[dict[str, Any]]:
             return records.values(names.schedule_runs)
 
-        await records.wait_for(lambda: len(runs()) >= 2, timeout=30, what="two recorded runs")
+        def skipped() -> list[dict[str, Any]]:
+            return [run for run in runs() if run["outcome"] == "skipped"]
+
+        await records.wait_for(lambda: len(skipped()) >= 2, timeout=30, what="two skipped runs")
     await producer.stop()
-    outcomes = {run["outcome"] for run in runs()}
-    assert outcomes == {"skipped"}
+    assert all(run["skip_reason"] == "no_host_matched" for run in skipped())
+    # The clock runs fast: a filter's run asks every partition for its hosts and waits for
+    # their answers. On a slow broker an hour of schedule time can pass meanwhile, and the
+    # next occurrence is dropped as overlapping (the default policy), coalesced or missed.
+    # None of that is a failure.
+    late = [run for run in runs() if run["outcome"] != "skipped"]
+    assert all(run["outcome"] == "dropped" for run in late), late
+    assert {run["skip_reason"] for run in late} <= {"coalesced", "missed", "overlap"}, late
     assert all(run["commands_issued"] == 0 for run in runs())
 
 

@@ -111,7 +111,12 @@ async def test_created_job_runs_and_its_history_counts_skipped_runs(make_setting
         detail = (await client.get(f"{J}/hourly", headers=guest)).json()
         listed = (await client.get(J, headers=guest)).json()
     assert history["stats"]["failed"] == 0
-    assert all(run["outcome"] == "skipped" for run in history["data"])
+    # At 3600× an hour passes each second: an occurrence that comes while the previous run
+    # still waits for the partitions' answers on a slow broker is dropped as overlapping
+    # (the default policy), coalesced or missed. None of that is a failure.
+    late = [run for run in history["data"] if run["outcome"] != "skipped"]
+    assert all(run["outcome"] == "dropped" for run in late), late
+    assert {run["skip_reason"] for run in late} <= {"coalesced", "missed", "overlap"}, late
     assert detail["status"] == "active" and len(detail["next_fire_times"]) == 5
     assert detail["definition"]["targets"]["filter"]["value"] == "absent"
     assert [item["name"] for item in listed["data"]] == ["hourly"]
