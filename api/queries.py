@@ -22,7 +22,9 @@ from api.pagination import CursorKey
 from kairos.db import DatabaseUnavailable
 from kairos.forecast import HostLoad, ScheduledLoad
 from kairos.recurrence import next_occurrences
+from schemas.alerts import AlertState, AlertType
 from schemas.api import (
+    AlertPublic,
     CommandDetailPublic,
     CommandPublic,
     DeadLetterPublic,
@@ -530,6 +532,50 @@ async def list_dead_letters(
     )
     count = await _count(conn, "SELECT count(*) FROM dead_letters", {})
     return [DeadLetterPublic(**row) for row in rows], count
+
+
+async def list_alerts(
+    conn: psycopg.AsyncConnection,
+    *,
+    state: AlertState | None,
+    alert_type: AlertType | None,
+    subject_id: str | None,
+    after: CursorKey | None,
+    limit: int,
+) -> tuple[list[AlertPublic], int, int]:
+    """Alerts newest first, key (raised_at, alert_id) descending; and how many match and fire."""
+    params: dict[str, Any] = {"limit": limit}
+    conditions = []
+    if state is AlertState.FIRING:
+        conditions.append("resolved_at IS NULL")
+    elif state is AlertState.RESOLVED:
+        conditions.append("resolved_at IS NOT NULL")
+    if alert_type is not None:
+        conditions.append("alert_type = %(type)s")
+        params["type"] = alert_type.value
+    if subject_id is not None:
+        conditions.append("subject_id = %(subject)s")
+        params["subject"] = subject_id
+    matching = " AND ".join(conditions) or "true"
+    page = matching
+    if after is not None:
+        page += " AND (raised_at, alert_id) < (%(at)s, %(id)s::uuid)"
+        params.update(at=after[0], id=after[1])
+    rows = await _rows(
+        conn,
+        "SELECT alert_id, alert_type, subject_type, subject_id, severity, summary, details,"
+        " raised_at, resolved_at, resolution,"
+        " CASE WHEN resolved_at IS NULL THEN 'firing' ELSE 'resolved' END AS state"
+        f" FROM alerts WHERE {page} ORDER BY raised_at DESC, alert_id DESC LIMIT %(limit)s",
+        params,
+    )
+    count = await _count(conn, f"SELECT count(*) FROM alerts WHERE {matching}", params)
+    firing = await _count(conn, "SELECT count(*) FROM alerts WHERE resolved_at IS NULL", {})
+    return [AlertPublic(**row) for row in rows], count, firing
+
+
+def alert_key(alert: AlertPublic) -> CursorKey:
+    return (alert.raised_at, str(alert.alert_id))
 
 
 def dead_letter_key(letter: DeadLetterPublic) -> CursorKey:

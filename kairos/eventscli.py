@@ -32,7 +32,7 @@ PUBLISHABLE: dict[str, Any] = {
     topics.SCHEDULE_CHANGES: ScheduleChange,
     topics.SCAN_COMPLETED: ScanCompleted,
 }
-"""Input topics and their contract; Kairos alone writes scan-commands and dead-letters."""
+"""Input topics and their contract; Kairos alone writes scan-commands, dead-letters, alerts."""
 
 
 def register(app: typer.Typer) -> None:

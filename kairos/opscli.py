@@ -46,6 +46,7 @@ schedules_app = typer.Typer(
     help="Generic schedules (cron, interval, RRULE, triggers). A schedule's name is its id."
 )
 dead_letters_app = typer.Typer(help="Messages Kairos could not accept.")
+alerts_app = typer.Typer(help="Alerts: score drops, critical hosts, broken promises, the cap.")
 
 
 def register(app: typer.Typer) -> None:
@@ -56,6 +57,7 @@ def register(app: typer.Typer) -> None:
         ("config", config_app),
         ("schedules", schedules_app),
         ("dead-letters", dead_letters_app),
+        ("alerts", alerts_app),
     ):
         sub.info.no_args_is_help = True
         app.add_typer(sub, name=name)
@@ -687,3 +689,37 @@ def dead_letters_list(
     columns = [("RECEIVED", "received_at"), ("TOPIC", "source_topic"), ("KEY", "key")]
     table(answer["data"], [*columns, ("ERROR", "error")])
     _out(f"{len(answer['data'])} of {answer['count']} dead letter(s)")
+
+
+# --- alerts ------------------------------------------------------------------------------
+
+
+@alerts_app.command("list")
+def alerts_list(
+    state: Annotated[
+        str | None, typer.Option(help="firing or resolved (both when not given).")
+    ] = None,
+    alert_type: Annotated[
+        str | None,
+        typer.Option(
+            "--type",
+            help="score_dropped, became_critical, past_promise, schedule_disabled, cap_saturated.",
+        ),
+    ] = None,
+    subject: Annotated[str | None, typer.Option(help="A host or schedule id.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first (1..1000).")] = 50,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Alerts newest first, firing and resolved."""
+    query = {"state": state, "type": alert_type, "subject": subject, "limit": limit}
+    with api_errors():
+        answer = client(token).get(
+            f"{SCHEDULER}/alerts", **{key: value for key, value in query.items() if value}
+        )
+    if as_json:
+        _print_json(answer)
+        return
+    columns = [("RAISED", "raised_at"), ("STATE", "state"), ("TYPE", "alert_type")]
+    table(answer["data"], [*columns, ("SUBJECT", "subject_id"), ("SUMMARY", "summary")])
+    _out(f"{len(answer['data'])} of {answer['count']} alert(s); {answer['firing']} firing")

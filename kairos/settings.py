@@ -88,6 +88,13 @@ class Settings(BaseSettings):
     tick_seconds: float = Field(
         default=0.1, gt=0, le=5, description="How often the due index is asked what is due."
     )
+    alert_check_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="How often the projector checks the time-based alerts (past the promise, "
+        "cap saturated).",
+    )
     connect_timeout_seconds: float = Field(
         default=10.0, gt=0, le=120, description="Give up reaching Kafka/PostgreSQL after this."
     )

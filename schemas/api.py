@@ -8,6 +8,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, create_model
 
+from schemas.alerts import AlertState, AlertType, SubjectType
 from schemas.base import CommandReason, ComplianceState, Contract, HostStatus, Timestamp
 from schemas.config import ConfigChanges, SchedulerConfig
 from schemas.events import HostLabels, ObjectAttributes
@@ -367,4 +368,27 @@ class DeadLetterPublic(Contract):
 class DeadLettersPublic(Contract):
     data: list[DeadLetterPublic]
     count: int
+    next_cursor: str | None = None
+
+
+class AlertPublic(Contract):
+    """An alert as the read model holds it; the same fields travel on the `alerts` topic."""
+
+    alert_id: UUID
+    alert_type: AlertType
+    subject_type: SubjectType
+    subject_id: str = Field(description="A host id, a schedule id, or `fleet`.")
+    state: AlertState
+    severity: Literal["warning", "critical"]
+    summary: str
+    details: dict[str, Any]
+    raised_at: Timestamp
+    resolved_at: Timestamp | None = None
+    resolution: str | None = None
+
+
+class AlertsPublic(Contract):
+    data: list[AlertPublic]
+    count: int = Field(description="Alerts matching the filters.")
+    firing: int = Field(description="Alerts firing now, whatever the filters.")
     next_cursor: str | None = None

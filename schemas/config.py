@@ -47,6 +47,20 @@ class SchedulerConfig(Contract):
         description="A waiting command gains one priority step per this many minutes past its "
         "due time (up to the top priority), so low priorities are never starved; 0 = off.",
     )
+    alert_score_drop: int = Field(
+        default=20,
+        ge=1,
+        le=100,
+        description="Points a host's score may fall from one result to the next before a "
+        "score_dropped alert is raised.",
+    )
+    alert_cap_saturated_minutes: int = Field(
+        default=15,
+        ge=1,
+        le=1440,
+        description="Minutes the commands in flight may stay at the cap before a "
+        "cap_saturated alert is raised.",
+    )
     version: int = Field(default=0, ge=0, description="Bumped on every accepted change.")
 
     def interval_minutes(self, state: ComplianceState) -> int:
@@ -82,3 +96,5 @@ class ConfigChanges(Contract):
     retry_delay_seconds: int | None = Field(default=None, ge=0, le=86_400)
     initial_spread_seconds: int | None = Field(default=None, ge=0, le=86_400)
     priority_aging_minutes: int | None = Field(default=None, ge=0, le=10_080)
+    alert_score_drop: int | None = Field(default=None, ge=1, le=100)
+    alert_cap_saturated_minutes: int | None = Field(default=None, ge=1, le=1440)

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from schemas import topics
+from schemas.alerts import AlertChanged
 from schemas.commands import DeadLetter, ScanCommand
 from schemas.events import ObjectEvent, ScanCompleted, ScheduleChange
 
@@ -21,6 +22,7 @@ PUBLIC_TOPICS: dict[str, Any] = {
     topics.SCAN_COMPLETED: ScanCompleted,
     topics.SCAN_COMMANDS: ScanCommand,
     topics.DEAD_LETTERS: DeadLetter,
+    topics.ALERTS: AlertChanged,
 }
 
 

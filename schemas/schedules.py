@@ -848,6 +848,9 @@ class ScheduleState(Contract):
     schedule: Schedule
     enabled: bool = True
     disabled_reason: str | None = None
+    disabled_by: str | None = Field(
+        default=None, description="Who disabled it: an actor, or `kairos` when it disabled itself."
+    )
     paused: bool = False
     pause_note: str | None = None
     cursor: Timestamp

@@ -9,6 +9,7 @@ SCHEDULE_CHANGES = "schedule-changes"
 SCAN_COMPLETED = "scan-completed"
 SCAN_COMMANDS = "scan-commands"
 DEAD_LETTERS = "dead-letters"
+ALERTS = "alerts"
 
 # Kairos-internal topics; their messages are in schemas.internal.
 HOST_SIGNALS = "kairos-host-signals"
@@ -52,6 +53,10 @@ class TopicNames:
     @property
     def dead_letters(self) -> str:
         return self._named(DEAD_LETTERS)
+
+    @property
+    def alerts(self) -> str:
+        return self._named(ALERTS)
 
     @property
     def host_signals(self) -> str:

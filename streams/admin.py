@@ -44,6 +44,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     return [
         *host_keyed,
         TopicSpec(names.dead_letters, settings.partitions),
+        TopicSpec(names.alerts, settings.partitions),
         TopicSpec(names.dispatch_queue, 1),
         TopicSpec(names.scheduler_control, 1, compacted=False),
         *faust_topic_specs(settings),

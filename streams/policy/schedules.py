@@ -171,7 +171,7 @@ def decide_schedule(
         case ScheduleEnabled():
             ignored = _enable(draft)
         case ScheduleDisabled():
-            ignored = _disable(draft, event.reason or f"disabled by {event.actor}")
+            ignored = _disable(draft, event.reason or f"disabled by {event.actor}", event.actor)
         case SchedulePaused():
             ignored = _pause(draft, event)
         case ScheduleResumed():
@@ -437,6 +437,7 @@ def _enable(draft: _Draft) -> str | None:
     values |= {
         "enabled": True,
         "disabled_reason": None,
+        "disabled_by": None,
         "consecutive_failures": 0,
         "retry": None,
         "buffered": None,
@@ -446,12 +447,13 @@ def _enable(draft: _Draft) -> str | None:
     return None
 
 
-def _disable(draft: _Draft, reason: str) -> str | None:
+def _disable(draft: _Draft, reason: str, actor: str) -> str | None:
     if not draft.values["enabled"]:
         return "already_disabled"
     draft.values |= {
         "enabled": False,
         "disabled_reason": _short(reason),
+        "disabled_by": actor,
         "retry": None,
         "buffered": None,
     }
@@ -834,7 +836,7 @@ def _conclude(draft: _Draft, index: int, outcome: RunOutcome) -> None:
                     reason=reason,
                 )
             )
-        _disable(draft, reason)
+        _disable(draft, reason, SYSTEM_ACTOR)
         return
     # Retry the hosts that failed; when unknown, every host this run covered.
     host_ids = active.host_ids

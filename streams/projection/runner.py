@@ -6,6 +6,7 @@ scheduling runs in other consumers and never waits on it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from kairos.clock import Clock
@@ -24,6 +25,7 @@ from schemas.base import Contract
 from schemas.internal import CommandTimedOut, ConfigPublished
 from streams import codec
 from streams.codec import Undecodable
+from streams.projection import alerts
 from streams.projection.writer import Change, apply
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,10 @@ version guard makes the replay harmless. Committing every poll cost more than ap
 FETCH_MIN_BYTES = 64 * 1024
 FETCH_MAX_WAIT_MS = 50
 """Fuller fetches under load, for at most 50 ms of added projection lag when idle."""
+ALERTS_PER_SEND = 500
+CAUGHT_UP_RECORDS = 1000
+"""Time-based alerts wait while more records than this are unread: a read model still
+catching up (a restart, a rebuild) holds old scan times and would raise false alarms."""
 
 
 class Projector:
@@ -57,6 +63,12 @@ class Projector:
         }
         self.applied = 0
         self.skipped = 0
+        self.alerts_raised = 0
+        self.alerts_resolved = 0
+        self.alerts_published = 0
+        self._alerts_pending = True  # Rows left unpublished by a previous run are sent first.
+        self._alerts_failing = False
+        self._checked_at = 0.0
 
     def register_metrics(self, registry: Registry) -> None:
         registry.add(
@@ -73,6 +85,21 @@ class Projector:
                 read=lambda: {(): self.skipped},
             )
         )
+        registry.add(
+            CounterReading(
+                "kairos_alerts_total",
+                "Alerts raised and resolved by this projector.",
+                ("change",),
+                read=lambda: {("raised",): self.alerts_raised, ("resolved",): self.alerts_resolved},
+            )
+        )
+        registry.add(
+            CounterReading(
+                "kairos_alerts_published_total",
+                "Alert changes acknowledged on the alerts topic.",
+                read=lambda: {(): self.alerts_published},
+            )
+        )
 
     async def run(self) -> None:
         settings = self.settings
@@ -86,7 +113,17 @@ class Projector:
             fetch_min_bytes=FETCH_MIN_BYTES,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
+        producer = AIOKafkaProducer(
+            **settings.kafka_client_options(),
+            acks="all",
+            enable_idempotence=settings.kafka_idempotence,
+        )
         await consumer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
         conn: psycopg.AsyncConnection | None = None
         uncommitted = False
         committed_at = time.monotonic()
@@ -96,6 +133,7 @@ class Projector:
                 changes = self._decode(batches)
                 if changes:
                     conn = await self._apply_until_done(consumer, conn, changes)
+                conn = await self._alert_round(conn, producer, await self._lag(consumer))
                 uncommitted = uncommitted or bool(batches)
                 if uncommitted and time.monotonic() - committed_at >= COMMIT_EVERY_SECONDS:
                     await self._commit(consumer)
@@ -104,6 +142,7 @@ class Projector:
             # No last commit: the consumer's position may be past a batch that failed.
             if conn is not None:
                 await conn.close()
+            await producer.stop()
             await consumer.stop()
 
     def _decode(self, batches: dict[Any, list[Any]]) -> list[Change]:
@@ -133,6 +172,7 @@ class Projector:
                 summary = await apply(changes, conn)
                 await self._record_progress(conn, consumer, summary.newest_event_at)
                 self.applied += summary.applied
+                self._count_alerts(summary.alerts)
                 if failing:
                     log.warning("PostgreSQL is back; projection resumed")
                     consumer.resume(*consumer.assignment())
@@ -153,17 +193,73 @@ class Projector:
                 await consumer.getmany(timeout_ms=int(backoff * 1000))
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
+    async def _alert_round(
+        self, conn: psycopg.AsyncConnection | None, producer: AIOKafkaProducer, lag: int
+    ) -> psycopg.AsyncConnection | None:
+        """Check the time-based alerts when due, then publish what is unpublished.
+
+        A failure is reported once and retried on a later round; alerts wait in the read
+        model meanwhile, and projection goes on.
+        """
+        due = (
+            time.monotonic() - self._checked_at >= self.settings.alert_check_seconds
+            and lag <= CAUGHT_UP_RECORDS
+        )
+        if not (due or self._alerts_pending):
+            return conn
+        try:
+            if conn is None or conn.closed:
+                conn = await connect(self.settings.database_url, timeout=5)
+            if due:
+                self._checked_at = time.monotonic()
+                counts = await alerts.check_time_conditions(conn, self.clock.now())
+                self._count_alerts(counts)
+                self._alerts_pending = True
+            while self._alerts_pending:
+                waiting = await alerts.unpublished(conn, ALERTS_PER_SEND)
+                if waiting:
+                    await self._send_alerts(producer, waiting)
+                    await alerts.mark_published(conn, waiting)
+                    self.alerts_published += len(waiting)
+                self._alerts_pending = len(waiting) == ALERTS_PER_SEND
+            if self._alerts_failing:
+                log.warning("alerts are checked and published again")
+                self._alerts_failing = False
+        except (DatabaseUnavailable, psycopg.OperationalError, KafkaError, TimeoutError) as error:
+            if not self._alerts_failing:
+                log.warning(
+                    "alerts not published yet (%s); retrying",
+                    str(error).splitlines()[0] if str(error) else type(error).__name__,
+                )
+                self._alerts_failing = True
+            self._alerts_pending = True
+            if conn is not None and conn.closed:
+                conn = None
+        return conn
+
+    async def _send_alerts(self, producer: AIOKafkaProducer, waiting: list[Any]) -> None:
+        topic = self.settings.topics.alerts
+        sent = [
+            await producer.send(
+                topic, alert.model_dump_json().encode(), key=alert.subject_id.encode()
+            )
+            for alert in waiting
+        ]
+        await asyncio.wait_for(asyncio.gather(*sent), timeout=30)
+
+    def _count_alerts(self, counts: alerts.AlertCounts) -> None:
+        self.alerts_raised += counts.raised
+        self.alerts_resolved += counts.resolved
+        if counts.raised or counts.resolved:
+            self._alerts_pending = True
+
     async def _record_progress(
         self,
         conn: psycopg.AsyncConnection,
         consumer: AIOKafkaConsumer,
         newest_event_at: datetime | None,
     ) -> None:
-        lag = 0
-        for partition in consumer.assignment():
-            highwater = consumer.highwater(partition)
-            if highwater is not None:
-                lag += max(0, highwater - await consumer.position(partition))
+        lag = await self._lag(consumer)
         now = self.clock.now()
         lag_seconds = (now - newest_event_at).total_seconds() if newest_event_at else 0.0
         await conn.execute(
@@ -176,6 +272,16 @@ class Projector:
             (newest_event_at, now, lag, max(0.0, lag_seconds)),
         )
         await conn.commit()
+
+    @staticmethod
+    async def _lag(consumer: AIOKafkaConsumer) -> int:
+        """Records not yet read on the assigned partitions, as far as the last fetches tell."""
+        lag = 0
+        for partition in consumer.assignment():
+            highwater = consumer.highwater(partition)
+            if highwater is not None:
+                lag += max(0, highwater - await consumer.position(partition))
+        return lag
 
     @staticmethod
     async def _commit(consumer: AIOKafkaConsumer) -> None:

@@ -21,6 +21,8 @@ from schemas.internal import CommandTimedOut, ConfigPublished
 from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
 from schemas.state import HostSchedule, HostStateChanged
 from streams.policy.schedules import schedule_status
+from streams.projection import alerts
+from streams.projection.alerts import AlertCounts
 
 Change = (
     HostStateChanged
@@ -64,6 +66,7 @@ class BatchSummary:
     applied: int = 0
     newest_event_at: datetime | None = None
     by_type: Counter[str] = field(default_factory=Counter)
+    alerts: AlertCounts = field(default_factory=AlertCounts)
 
     def saw(self, kind: str, at: datetime | None) -> None:
         self.applied += 1
@@ -76,8 +79,10 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
     """Write `changes` in one transaction; the caller commits offsets only after this returns."""
     summary = BatchSummary()
     async with conn.transaction():
-        hosts = _latest_per_host(c for c in changes if isinstance(c, HostStateChanged))
-        await _apply_hosts(conn, hosts)
+        host_changes = [c for c in changes if isinstance(c, HostStateChanged)]
+        hosts = _latest_per_host(host_changes)
+        before = await _apply_hosts(conn, hosts)
+        summary.alerts.add(await alerts.apply_host_alerts(conn, host_changes, before))
         for change in hosts:
             summary.saw("host_state", change.changed_at)
         await _apply_commands(conn, [c for c in changes if isinstance(c, ScanCommand)], summary)
@@ -89,6 +94,7 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
             await _apply_config(conn, max(configs, key=lambda c: c.config.version), summary)
         schedules = [c for c in changes if isinstance(c, ScheduleStateChanged)]
         await _apply_schedules(conn, schedules, summary)
+        summary.alerts.add(await alerts.apply_schedule_alerts(conn, schedules))
         runs = [c for c in changes if isinstance(c, ScheduleRunRecorded)]
         await _apply_schedule_runs(conn, runs, summary)
     return summary
@@ -103,14 +109,17 @@ def _latest_per_host(changes: Iterable[HostStateChanged]) -> list[HostStateChang
     return sorted(latest.values(), key=lambda change: change.host_id)
 
 
-async def _apply_hosts(conn: psycopg.AsyncConnection, changes: list[HostStateChanged]) -> None:
+async def _apply_hosts(
+    conn: psycopg.AsyncConnection, changes: list[HostStateChanged]
+) -> dict[str, tuple[int, float | None]]:
+    """Apply the newest change of each host; return what the read model held (version, score)."""
     if not changes:
-        return
+        return {}
     ids = [change.host_id for change in changes]
     # Lock in host_id order (the list is sorted) so concurrent projectors cannot deadlock.
     cursor = await conn.execute(
         "SELECT host_id, version, deleted, state, in_flight_command_id IS NOT NULL,"
-        " maintenance_mode, NOT is_active, status = 'down'"
+        " maintenance_mode, NOT is_active, status = 'down', score"
         " FROM host_schedule WHERE host_id = ANY(%s) ORDER BY host_id FOR UPDATE",
         (ids,),
     )
@@ -143,6 +152,7 @@ async def _apply_hosts(conn: psycopg.AsyncConnection, changes: list[HostStateCha
             await cursor.executemany(_DELETE_HOST, deletes)
     await _bump(conn, "host_state_counts", "state", state_delta)
     await _bump(conn, "host_flag_counts", "flag", flag_delta)
+    return {host_id: (row[1], None if row[2] else row[8]) for host_id, row in before.items()}
 
 
 def _flags(schedule: HostSchedule) -> tuple[bool, bool, bool, bool]:

@@ -303,6 +303,20 @@ async def seed(conn: psycopg.AsyncConnection) -> None:
             " raw, received_at) VALUES (%s, 'object-created', 0, %s, %s, 'bad json', 'xx', %s)",
             (uuid.uuid4(), number, f"k-{number}", T0 - timedelta(minutes=number)),
         )
+    for number in range(5):
+        # a-0 and a-1 fire; a-2..a-4 were resolved. Newest first: a-0.
+        raised = T0 - timedelta(hours=number)
+        await conn.execute(
+            "INSERT INTO alerts (alert_id, alert_type, subject_type, subject_id, severity,"
+            " summary, details, raised_at, resolved_at, resolution)"
+            " VALUES (%s, %s, 'host', %s, 'warning', %s, '{}', %s, %s, %s)",
+            (
+                uuid.uuid4(), "score_dropped" if number % 2 else "became_critical",
+                f"h-00{number % 2 + 1}", f"a-{number}", raised,
+                raised + timedelta(minutes=30) if number >= 2 else None,
+                "score recovered to 90" if number >= 2 else None,
+            ),
+        )  # fmt: skip
     await conn.execute(
         "INSERT INTO scheduler_config (config, version, updated_at) VALUES (%s, %s, %s)",
         (Jsonb(CONFIG.model_dump(mode="json")), CONFIG.version, T0 - timedelta(hours=2)),
@@ -372,6 +386,7 @@ ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("POST", f"{P}/hosts/h-003/force-scan", None, ANALYST),
     ("GET", f"{P}/commands/cmd-h1-1", None, GUEST),
     ("GET", f"{P}/dead-letters", None, ADMIN),
+    ("GET", f"{P}/alerts", None, GUEST),
     ("GET", J, None, GUEST),
     (
         "POST",
@@ -684,6 +699,25 @@ async def test_dead_letters_newest_first_paginated(stack: Stack) -> None:
     assert page["count"] == 5
 
 
+async def test_alerts_newest_first_filtered_and_paginated(stack: Stack) -> None:
+    alerts = await _all_pages(stack, f"{P}/alerts", {"limit": 2})
+    assert [alert["summary"] for alert in alerts] == [f"a-{number}" for number in range(5)]
+    assert [alert["state"] for alert in alerts] == ["firing"] * 2 + ["resolved"] * 3
+    firing = (await stack.get(f"{P}/alerts", params={"state": "firing"})).json()
+    assert [a["summary"] for a in firing["data"]] == ["a-0", "a-1"]
+    assert (firing["count"], firing["firing"]) == (2, 2)
+    resolved = (await stack.get(f"{P}/alerts", params={"state": "resolved"})).json()
+    assert resolved["count"] == 3 and {a["resolution"] for a in resolved["data"]} == {
+        "score recovered to 90"
+    }
+    by_host = await _all_pages(
+        stack, f"{P}/alerts", {"subject": "h-002", "type": "score_dropped", "limit": 1}
+    )
+    assert [a["summary"] for a in by_host] == ["a-1", "a-3"]
+    everything = (await stack.get(f"{P}/alerts")).json()
+    assert (everything["count"], everything["firing"]) == (5, 2)
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [
@@ -716,6 +750,9 @@ async def test_unknown_host_or_command_is_404(stack: Stack, method: str, path: s
         ("GET", f"{P}/hosts?cursor=!!", None, "cursor"),
         ("GET", f"{P}/hosts/h-001/history?cursor=WyJ4Il0", None, "cursor"),
         ("GET", f"{P}/dead-letters?limit=5000", None, "limit"),
+        ("GET", f"{P}/alerts?state=loud", None, "state"),
+        ("GET", f"{P}/alerts?type=nope", None, "type"),
+        ("GET", f"{P}/alerts?cursor=!!", None, "cursor"),
         ("PUT", f"{P}/config", {"interval_critical": 5}, "interval_critical"),
         ("PUT", f"{P}/config", {"max_concurrent_scans": 0}, "max_concurrent_scans"),
         ("PUT", f"{P}/config", {"interval_typo": 60}, "interval_typo"),

@@ -270,7 +270,7 @@ def test_api_answers_become_exit_codes(dev: DevRun, tmp_path: Path) -> None:
     assert dev.kairos("hosts", "list", "--token", token).code == 0
 
 
-def test_hosts_import_maintenance_config_and_dead_letters_go_through_the_api(
+def test_hosts_import_maintenance_config_dead_letters_and_alerts_go_through_the_api(
     dev: DevRun, tmp_path: Path
 ) -> None:
     # No scanner answers here: without room under the cap, new hosts' commands would queue.
@@ -314,6 +314,12 @@ def test_hosts_import_maintenance_config_and_dead_letters_go_through_the_api(
 
     letters = dev.kairos("dead-letters", "list")
     assert letters.code == 0 and letters.stdout.startswith("RECEIVED")
+
+    alerts = dev.kairos("alerts", "list", "--state", "firing")
+    assert alerts.code == 0 and alerts.stdout.startswith("RAISED"), alerts.stderr
+    assert "firing" in alerts.stdout.splitlines()[-1]
+    unknown = dev.kairos("alerts", "list", "--type", "nope")
+    assert unknown.code == 6 and "422" in unknown.stderr and "type" in unknown.stderr
 
 
 def test_a_second_dev_in_the_same_folder_says_where_the_first_runs(dev: DevRun) -> None:

@@ -176,6 +176,10 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         lateness = r"[\d.]+ s\ndispatch lateness, p99\np50 [\d.]+ s, max [\d.]+ s, last \d+ "
         assert re.search(lateness, cards.text), cards.text
         shown(driver, "table", lambda element: "critical" in element.text)
+        # mail-1 scored 10: critical, and alerted as such.
+        alerts = shown(driver, "table", lambda element: "became_critical" in element.text)
+        assert "mail-1 is critical (score 10)" in alerts.text
+        assert "alerts firing" in shown(driver, "#fleet-cards").text
         # Recent failures: edge-1's scan failed.
         shown(driver, "a[href='#/hosts/edge-1']", lambda element: element.text == "edge-1")
 

@@ -21,6 +21,7 @@ from schemas.events import (
 from schemas.schedules import (
     Schedule,
     ScheduleBackfillRequested,
+    ScheduleEnabled,
     SchedulePaused,
     ScheduleResumed,
     ScheduleTriggered,
@@ -122,6 +123,10 @@ def schedule_paused(schedule_id: str) -> SchedulePaused:
 
 def schedule_resumed(schedule_id: str) -> ScheduleResumed:
     return ScheduleResumed(**_change_fields(), schedule_id=schedule_id)
+
+
+def schedule_enabled(schedule_id: str) -> ScheduleEnabled:
+    return ScheduleEnabled(**_change_fields(), schedule_id=schedule_id)
 
 
 def schedule_triggered(schedule_id: str) -> ScheduleTriggered:

@@ -102,6 +102,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
             "KAIROS_REPLICATION_FACTOR": str(settings.replication_factor),
             "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
             "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
+            "KAIROS_ALERT_CHECK_SECONDS": str(settings.alert_check_seconds),
             "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
             "KAIROS_PROJECTOR_ENABLED": str(settings.projector_enabled).lower(),
             "KAIROS_FAULT_OFFSET_FETCH_DELAY_SECONDS": str(

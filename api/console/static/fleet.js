@@ -1,5 +1,5 @@
 // Fleet status: hosts by state, in flight against the cap, due soon, overdue, dispatch
-// lateness, failures.
+// lateness, alerts firing, failures.
 import { J, P, get, may } from "./api.js";
 import { badge, fill, h, notice, table, when } from "./dom.js";
 
@@ -10,9 +10,17 @@ function card(label, value, extra) {
     h("div", { className: "value" }, value), h("div", { className: "label" }, label), extra);
 }
 
+function subjectLink(alert) {
+  const id = encodeURIComponent(alert.subject_id);
+  if (alert.subject_type === "host") return h("a", { href: `#/hosts/${id}` }, alert.subject_id);
+  if (alert.subject_type === "schedule") return h("a", { href: `#/schedules/${id}` }, alert.subject_id);
+  return alert.subject_id;
+}
+
 async function render(main, session) {
-  const [status, jobs, failingHosts] = await Promise.all([get(`${P}/status?upcoming=10`),
-    get(`${J}?limit=500`), get(`${P}/hosts?failing=true&limit=10`)]);
+  const [status, jobs, failingHosts, alerts] = await Promise.all([get(`${P}/status?upcoming=10`),
+    get(`${J}?limit=500`), get(`${P}/hosts?failing=true&limit=10`),
+    get(`${P}/alerts?state=firing&limit=10`)]);
   const letters = may(session.role, "SECURITY_ADMIN")
     ? await get(`${P}/dead-letters?limit=1`).catch(() => null) : null;
   const share = Math.min(100, (100 * status.in_flight) / Math.max(1, status.max_concurrent_scans));
@@ -37,7 +45,12 @@ async function render(main, session) {
             + ` last ${late.commands} commands`
           : "no command in the last hour")),
       card("projection lag", lag === null ? "—" : `${lag.toFixed(1)} s`),
+      card("alerts firing", alerts.firing),
       letters ? card("dead letters", letters.count) : null),
+    h("h2", {}, "Alerts firing"),
+    table(["raised", "alert", "subject", "summary"], alerts.data.map((alert) => [
+      when(alert.raised_at), h("span", { className: alert.severity === "critical" ? "bad" : "" },
+        alert.alert_type), subjectLink(alert), alert.summary]), "No alert is firing."),
     h("h2", {}, "Hosts by state"),
     table(["state", "hosts"], Object.entries(status.by_state).map(([state, count]) => [
       h("a", { href: `#/hosts?state=${state}` }, badge(state)), count])),

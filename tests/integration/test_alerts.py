@@ -1,0 +1,224 @@
+"""Alerts end to end: raised once on the `alerts` topic and in `GET …/alerts`, then resolved.
+
+A real worker (with its projector) on a real broker and PostgreSQL, scanner agents answering
+on scan-commands, and a clock sped up so that hours of scheduler time pass in seconds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from schemas.api import Role
+from tests.integration.test_api import bearer, prepare, running_api
+from tests.support.agents import ScannerFleet
+from tests.support.factories import (
+    config_updated,
+    host_created,
+    schedule_enabled,
+    schedule_triggered,
+    schedule_upserted,
+)
+from tests.support.kafka import Collector, publish, start_producer, wait_until
+
+pytestmark = pytest.mark.integration
+
+ALERTS = "/api/compliance/scheduler/alerts"
+
+
+def alerts_of(records: Collector, topic: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Messages on the alerts topic by (alert type, subject), in the order they came."""
+    found: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for message in records.values(topic):
+        found[(message["alert_type"], message["subject_id"])].append(message)
+    return found
+
+
+def states(messages: list[dict[str, Any]]) -> list[str]:
+    """The distinct (alert, state) changes, in order: redelivery may repeat one."""
+    seen: list[tuple[str, str]] = []
+    for message in messages:
+        change = (message["alert_id"], message["state"])
+        if change not in seen:
+            seen.append(change)
+    return [state for _, state in seen]
+
+
+def in_turn(scores: dict[str, list[float]]) -> Callable[[dict[str, Any]], float | None]:
+    """Each host's scores in turn, then its last one forever."""
+    answered: dict[str, int] = defaultdict(int)
+
+    def score(command: dict[str, Any]) -> float | None:
+        host = command["host_id"]
+        sequence = scores.get(host, [100.0])
+        answered[host] += 1
+        return sequence[min(answered[host], len(sequence)) - 1]
+
+    return score
+
+
+async def test_a_score_fall_and_a_critical_host_raise_one_alert_each_and_resolve(
+    make_settings, workers
+) -> None:
+    settings = make_settings(clock_speed=3600.0, clock_origin=datetime.now(UTC))
+    workers(settings)
+    tokens = await prepare(settings)
+    topic = settings.topics.alerts
+    scores = {"fall-1": [95.0, 40.0, 90.0], "crit-1": [70.0, 10.0, 100.0], "calm-1": [100.0]}
+    producer = await start_producer(settings)
+    async with (
+        Collector(settings, topic) as records,
+        ScannerFleet(settings, score_for=in_turn(scores)) as fleet,
+    ):
+        for host in scores:
+            await publish(producer, settings.topics.object_created, host, host_created(host))
+
+        def resolved(kind: str, host: str) -> bool:
+            return "resolved" in states(alerts_of(records, topic)[(kind, host)])
+
+        await wait_until(
+            lambda: resolved("score_dropped", "fall-1") and resolved("became_critical", "crit-1"),
+            timeout=60,
+            what="the fall and the critical host to be alerted and resolved",
+        )
+        answered = {host: len(fleet.commands_for(host)) for host in scores}
+    await producer.stop()
+
+    published = alerts_of(records, topic)
+    assert set(published) == {
+        ("score_dropped", "fall-1"),
+        ("score_dropped", "crit-1"),
+        ("became_critical", "crit-1"),
+    }, f"calm-1 raised nothing; answered {answered}"
+    for messages in published.values():
+        assert states(messages) == ["firing", "resolved"], messages
+        assert len({m["alert_id"] for m in messages}) == 1
+        assert [m["revision"] for m in messages][-1] == 2
+    fall = published[("score_dropped", "fall-1")]
+    assert (fall[0]["details"]["from_score"], fall[0]["details"]["to_score"]) == (95.0, 40.0)
+    assert fall[-1]["resolution"] == "score recovered to 90"
+    critical = published[("became_critical", "crit-1")]
+    assert critical[0]["severity"] == "critical"
+    assert critical[-1]["resolution"] == "compliance state is compliant"
+
+    guest = bearer(tokens[Role.GUEST])
+    async with running_api(settings) as client:
+        listed = (await client.get(ALERTS, headers=guest)).json()
+        for_host = (await client.get(ALERTS, params={"subject": "fall-1"}, headers=guest)).json()
+        firing = (await client.get(ALERTS, params={"state": "firing"}, headers=guest)).json()
+        refused = await client.get(ALERTS, params={"type": "nope"}, headers=guest)
+    assert listed["count"] == 3 and listed["firing"] == 0 and firing["data"] == []
+    (row,) = for_host["data"]
+    assert (row["alert_type"], row["state"], row["resolution"]) == (
+        "score_dropped",
+        "resolved",
+        "score recovered to 90",
+    )
+    assert str(row["alert_id"]) == fall[0]["alert_id"]
+    assert refused.status_code == 422 and "type" in refused.text
+
+
+async def test_past_promise_and_a_saturated_cap_are_alerted_then_resolved_by_scans(
+    make_settings, workers
+) -> None:
+    # One scheduler minute per second: a 5-minute promise and a 1-minute cap threshold.
+    settings = make_settings(
+        clock_speed=60.0, clock_origin=datetime.now(UTC), alert_check_seconds=0.5
+    )
+    workers(settings)
+    topic = settings.topics.alerts
+    hosts = ["late-1", "late-2"]
+    answering = {"on": False}
+    producer = await start_producer(settings)
+    config = config_updated(
+        max_interval_minutes=5,
+        max_concurrent_scans=1,
+        alert_cap_saturated_minutes=1,
+        scan_timeout_seconds=3600,
+    )
+    await publish(producer, settings.topics.schedule_changes, "config", config)
+    async with (
+        Collector(settings, topic) as records,
+        ScannerFleet(settings, answer=lambda command: answering["on"]) as fleet,
+    ):
+        for host in hosts:
+            await publish(producer, settings.topics.object_created, host, host_created(host))
+
+        def firing() -> set[tuple[str, str]]:
+            return {key for key, messages in alerts_of(records, topic).items() if messages}
+
+        wanted = {
+            ("past_promise", "late-1"),
+            ("past_promise", "late-2"),
+            ("cap_saturated", "fleet"),
+        }
+        await wait_until(lambda: wanted <= firing(), timeout=45, what=f"alerts {sorted(wanted)}")
+        assert len(fleet.commands) == 1, "the cap of one holds the second host back"
+        answering["on"] = True
+        for command in list(fleet.commands):
+            fleet.answer_later(command)
+
+        def all_resolved() -> bool:
+            published = alerts_of(records, topic)
+            return all("resolved" in states(published[key]) for key in wanted)
+
+        await wait_until(all_resolved, timeout=45, what="the alerts to be resolved")
+    await producer.stop()
+
+    published = alerts_of(records, topic)
+    for key in wanted:
+        assert states(published[key]) == ["firing", "resolved"], published[key]
+    late = published[("past_promise", "late-1")]
+    assert late[0]["severity"] == "critical" and "past the promise" in late[0]["summary"]
+    assert late[-1]["resolution"] == "scanned within the promise"
+    cap = published[("cap_saturated", "fleet")]
+    assert (cap[0]["details"]["in_flight"], cap[0]["details"]["cap"]) == (1, 1)
+
+
+async def test_a_schedule_that_disables_itself_is_alerted_until_enabled_again(
+    make_settings, workers
+) -> None:
+    settings = make_settings()
+    workers(settings)
+    topic = settings.topics.alerts
+    producer = await start_producer(settings)
+
+    def fail_its_commands(command: dict[str, Any]) -> float | None:
+        return None if command.get("schedule_id") == "brittle" else 100.0
+
+    async with (
+        Collector(settings, topic) as records,
+        ScannerFleet(settings, score_for=fail_its_commands),
+    ):
+        await publish(producer, settings.topics.object_created, "box-1", host_created("box-1"))
+        brittle = schedule_upserted(
+            "brittle",
+            recurrence={"kind": "none"},
+            targets={"object_ids": ["box-1"]},
+            max_retries=0,
+        )
+        await publish(producer, settings.topics.schedule_changes, "brittle", brittle)
+        await publish(
+            producer, settings.topics.schedule_changes, "brittle", schedule_triggered("brittle")
+        )
+
+        def messages() -> list[dict[str, Any]]:
+            return alerts_of(records, topic)[("schedule_disabled", "brittle")]
+
+        await wait_until(messages, timeout=45, what="the schedule_disabled alert")
+        enable = schedule_enabled("brittle")
+        await publish(producer, settings.topics.schedule_changes, "brittle", enable)
+        await wait_until(
+            lambda: "resolved" in states(messages()), timeout=30, what="the alert resolved"
+        )
+    await producer.stop()
+    raised, *_, resolved = messages()
+    assert raised["subject_type"] == "schedule" and raised["severity"] == "warning"
+    assert "disabled itself" in raised["summary"]
+    assert "disabled after 1 failed runs in a row" in raised["details"]["reason"]
+    assert resolved["resolution"] == "schedule enabled again"
+    assert states(messages()) == ["firing", "resolved"]
