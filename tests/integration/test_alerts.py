@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 
 from schemas.api import Role
@@ -48,6 +49,15 @@ def states(messages: list[dict[str, Any]]) -> list[str]:
     return [state for _, state in seen]
 
 
+def config_version(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        try:
+            row = conn.execute("SELECT version FROM scheduler_config").fetchone()
+        except psycopg.errors.UndefinedTable:
+            return 0  # The projector has not migrated the read model yet.
+    return int(row[0]) if row else 0
+
+
 def in_turn(scores: dict[str, list[float]]) -> Callable[[dict[str, Any]], float | None]:
     """Each host's scores in turn, then its last one forever."""
     answered: dict[str, int] = defaultdict(int)
@@ -81,9 +91,13 @@ async def test_a_score_fall_and_a_critical_host_raise_one_alert_each_and_resolve
             return "resolved" in states(alerts_of(records, topic)[(kind, host)])
 
         await wait_until(
-            lambda: resolved("score_dropped", "fall-1") and resolved("became_critical", "crit-1"),
+            lambda: (
+                resolved("score_dropped", "fall-1")
+                and resolved("became_critical", "crit-1")
+                and resolved("score_dropped", "crit-1")
+            ),
             timeout=60,
-            what="the fall and the critical host to be alerted and resolved",
+            what="the falls and the critical host to be alerted and resolved",
         )
         answered = {host: len(fleet.commands_for(host)) for host in scores}
     await producer.stop()
@@ -141,6 +155,9 @@ async def test_past_promise_and_a_saturated_cap_are_alerted_then_resolved_by_sca
         scan_timeout_seconds=3600,
     )
     await publish(producer, settings.topics.schedule_changes, "config", config)
+    await wait_until(
+        lambda: config_version(settings.database_url) >= 1, timeout=30, what="the config applied"
+    )
     async with (
         Collector(settings, topic) as records,
         ScannerFleet(settings, answer=lambda command: answering["on"]) as fleet,
