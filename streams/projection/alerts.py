@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import groupby
 from typing import Any
 
 import psycopg
@@ -141,38 +142,44 @@ async def apply_schedule_alerts(
 
 
 async def write(conn: psycopg.AsyncConnection, decisions: Sequence[AlertDecision]) -> None:
-    raised = [d for d in decisions if isinstance(d, RaiseAlert)]
-    resolved = [d for d in decisions if isinstance(d, ResolveAlert)]
+    """Apply `decisions` in their order: an alert raised and resolved in one batch ends resolved."""
     async with conn.cursor() as cursor:
-        if resolved:
-            # Only alerts raised before the resolving change: a replayed old change never
-            # resolves an alert raised after it.
-            await cursor.executemany(
-                "UPDATE alerts SET resolved_at = %s, resolution = %s, revision = 2"
-                " WHERE alert_type = %s AND subject_id = %s AND resolved_at IS NULL"
-                " AND raised_at <= %s",
-                [(d.at, d.resolution, d.alert_type.value, d.subject_id, d.at) for d in resolved],
-            )
-        if raised:
-            # A replayed raise meets its own row (same id) or the open one: nothing new.
-            await cursor.executemany(
-                "INSERT INTO alerts (alert_id, alert_type, subject_type, subject_id, severity,"
-                " summary, details, raised_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT DO NOTHING",
-                [
-                    (
-                        alert_id(d.alert_type, d.subject_id, d.at),
-                        d.alert_type.value,
-                        d.subject_type,
-                        d.subject_id,
-                        d.severity,
-                        d.summary,
-                        Jsonb(dict(d.details)),
-                        d.at,
-                    )  # fmt: skip
-                    for d in raised
-                ],
-            )
+        for resolving, run in groupby(decisions, key=lambda d: isinstance(d, ResolveAlert)):
+            same = list(run)
+            if resolving:
+                rows = [_resolve_row(d) for d in same if isinstance(d, ResolveAlert)]
+                await cursor.executemany(_RESOLVE, rows)
+            else:
+                rows = [_raise_row(d) for d in same if isinstance(d, RaiseAlert)]
+                await cursor.executemany(_RAISE, rows)
+
+
+# Only alerts raised before the resolving change: a replayed old change never resolves an
+# alert raised after it.
+_RESOLVE = (
+    "UPDATE alerts SET resolved_at = %s, resolution = %s, revision = 2"
+    " WHERE alert_type = %s AND subject_id = %s AND resolved_at IS NULL AND raised_at <= %s"
+)
+# A replayed raise meets its own row (same id) or the open one: nothing new.
+_RAISE = (
+    "INSERT INTO alerts (alert_id, alert_type, subject_type, subject_id, severity, summary,"
+    " details, raised_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+)
+
+
+def _resolve_row(decision: ResolveAlert) -> tuple[Any, ...]:
+    return (
+        decision.at, decision.resolution, decision.alert_type.value, decision.subject_id,
+        decision.at,
+    )  # fmt: skip
+
+
+def _raise_row(decision: RaiseAlert) -> tuple[Any, ...]:
+    return (
+        alert_id(decision.alert_type, decision.subject_id, decision.at),
+        decision.alert_type.value, decision.subject_type, decision.subject_id,
+        decision.severity, decision.summary, Jsonb(dict(decision.details)), decision.at,
+    )  # fmt: skip
 
 
 async def check_time_conditions(conn: psycopg.AsyncConnection, now: datetime) -> AlertCounts:

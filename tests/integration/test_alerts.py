@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
+from kairos.db import connect, migrate
 from schemas.api import Role
+from schemas.base import ComplianceState
+from schemas.state import HostSchedule, HostStateChanged
+from streams.projection import alerts
+from streams.projection.writer import apply
 from tests.integration.test_api import bearer, prepare, running_api
 from tests.support.agents import ScannerFleet
 from tests.support.factories import (
@@ -25,6 +30,7 @@ from tests.support.factories import (
     schedule_upserted,
 )
 from tests.support.kafka import Collector, publish, start_producer, wait_until
+from tests.support.stack import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -239,3 +245,38 @@ async def test_a_schedule_that_disables_itself_is_alerted_until_enabled_again(
     assert "disabled after 1 failed runs in a row" in raised["details"]["reason"]
     assert resolved["resolution"] == "schedule enabled again"
     assert states(messages()) == ["firing", "resolved"]
+
+
+def scored(version: int, score: float, at: datetime) -> HostStateChanged:
+    state = ComplianceState.PARTIAL if score < 80 else ComplianceState.MOSTLY_COMPLIANT
+    schedule = HostSchedule(
+        host_id="h-1", version=version, state=state, compliance_state=state, score=score,
+        next_scheduled_scan=at + timedelta(hours=1), last_scan_completed=at,
+        created_at=at - timedelta(days=1), updated_at=at,
+    )  # fmt: skip
+    return HostStateChanged(host_id="h-1", version=version, schedule=schedule, changed_at=at)
+
+
+async def test_a_fall_and_its_recovery_in_one_batch_leave_one_resolved_alert_even_replayed(
+    postgres_server: Callable[[str], str],
+) -> None:
+    dsn = postgres_server(unique_name("kairos_alerts_"))
+    await migrate(dsn)
+    t0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    batch = [scored(1, 95, t0), scored(2, 40, t0 + timedelta(hours=1))]
+    recovered = [scored(3, 60, t0 + timedelta(hours=2)), scored(4, 90, t0 + timedelta(hours=3))]
+    async with await connect(dsn) as conn:
+        await apply([*batch, *recovered], conn)
+        await apply([*batch, *recovered], conn)  # A replay after a crash changes nothing.
+        await apply(batch, conn)
+        rows = await (
+            await conn.execute("SELECT alert_type, resolved_at, resolution, revision FROM alerts")
+        ).fetchall()
+        waiting = await alerts.unpublished(conn, 10)
+    assert rows == [("score_dropped", t0 + timedelta(hours=3), "score recovered to 90", 2)]
+    (message,) = waiting
+    assert (message.state, message.revision, message.raised_at) == (
+        "resolved",
+        2,
+        t0 + timedelta(hours=1),
+    )
