@@ -39,6 +39,9 @@ FETCH_MIN_BYTES = 64 * 1024
 FETCH_MAX_WAIT_MS = 50
 """Fuller fetches under load, for at most 50 ms of added projection lag when idle."""
 ALERTS_PER_SEND = 500
+ALERTS_ACK_SECONDS = 30.0
+ALERTS_RETRY_SECONDS = (1.0, 60.0)
+"""After a failed alert round, wait this long before the next (doubling up to the second)."""
 CAUGHT_UP_RECORDS = 1000
 """Time-based alerts wait while more records than this are unread: a read model still
 catching up (a restart, a rebuild) holds old scan times and would raise false alarms."""
@@ -68,6 +71,8 @@ class Projector:
         self.alerts_published = 0
         self._alerts_pending = True  # Rows left unpublished by a previous run are sent first.
         self._alerts_failing = False
+        self._alerts_retry_at = 0.0
+        self._alerts_backoff = ALERTS_RETRY_SECONDS[0]
         self._checked_at = 0.0
 
     def register_metrics(self, registry: Registry) -> None:
@@ -205,7 +210,7 @@ class Projector:
             time.monotonic() - self._checked_at >= self.settings.alert_check_seconds
             and lag <= CAUGHT_UP_RECORDS
         )
-        if not (due or self._alerts_pending):
+        if not (due or self._alerts_pending) or time.monotonic() < self._alerts_retry_at:
             return conn
         try:
             if conn is None or conn.closed:
@@ -225,6 +230,7 @@ class Projector:
             if self._alerts_failing:
                 log.warning("alerts are checked and published again")
                 self._alerts_failing = False
+                self._alerts_backoff = ALERTS_RETRY_SECONDS[0]
         except (DatabaseUnavailable, psycopg.OperationalError, KafkaError, TimeoutError) as error:
             if not self._alerts_failing:
                 log.warning(
@@ -233,6 +239,10 @@ class Projector:
                 )
                 self._alerts_failing = True
             self._alerts_pending = True
+            # Projection goes on meanwhile; a database or broker that is away is not asked
+            # again on every poll.
+            self._alerts_retry_at = time.monotonic() + self._alerts_backoff
+            self._alerts_backoff = min(self._alerts_backoff * 2, ALERTS_RETRY_SECONDS[1])
             if conn is not None and conn.closed:
                 conn = None
         return conn
@@ -245,7 +255,14 @@ class Projector:
             )
             for alert in waiting
         ]
-        await asyncio.wait_for(asyncio.gather(*sent), timeout=30)
+        # Wait without cancelling: the producer still owns the delivery futures.
+        done, pending = await asyncio.wait(sent, timeout=ALERTS_ACK_SECONDS)
+        if pending:
+            raise TimeoutError(f"{len(pending)} alert changes not acknowledged")
+        for future in done:
+            error = future.exception()
+            if error is not None:
+                raise error
 
     def _count_alerts(self, counts: alerts.AlertCounts) -> None:
         self.alerts_raised += counts.raised

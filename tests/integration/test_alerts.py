@@ -280,3 +280,40 @@ async def test_a_fall_and_its_recovery_in_one_batch_leave_one_resolved_alert_eve
         2,
         t0 + timedelta(hours=1),
     )
+
+
+async def test_alert_changes_left_unpublished_are_sent_when_a_projector_runs_again(
+    make_settings, projectors
+) -> None:
+    settings = make_settings()
+    await prepare(settings)  # Topics and the read model, as a worker makes them.
+    raised_at = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    async with await connect(settings.database_url) as conn:
+        # Left by a projector that stopped (or lost Kafka) before the broker acknowledged them.
+        await conn.execute(
+            "INSERT INTO alerts (alert_id, alert_type, subject_type, subject_id, severity, summary,"
+            " raised_at, resolved_at, resolution, revision, published_revision) VALUES"
+            " (gen_random_uuid(), 'became_critical', 'host', 'h-1', 'critical', 'h-1 is critical',"
+            " %(at)s, NULL, NULL, 1, 0),"
+            " (gen_random_uuid(), 'score_dropped', 'host', 'h-2', 'warning', 'h-2 fell',"
+            " %(at)s, %(at)s, 'score recovered to 90', 2, 1)",
+            {"at": raised_at},
+        )
+        await conn.commit()
+    topic = settings.topics.alerts
+    async with Collector(settings, topic) as records:
+        projectors(settings)
+        await records.wait_for(
+            lambda: len(records.values(topic)) >= 2, timeout=30, what="both alert changes"
+        )
+    sent = {m["subject_id"]: (m["state"], m["revision"]) for m in records.values(topic)}
+    assert sent == {"h-1": ("firing", 1), "h-2": ("resolved", 2)}
+
+    def all_acknowledged() -> bool:
+        with psycopg.connect(settings.database_url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM alerts WHERE published_revision < revision"
+            ).fetchone()
+        return row is not None and row[0] == 0
+
+    await wait_until(all_acknowledged, timeout=10, what="the rows marked as published")
