@@ -57,7 +57,7 @@ from streams.policy.host import Decision, decide, wake_at
 from streams.policy.schedule_commands import origin_of
 from streams.producer import make_idempotent
 from streams.projection.runner import Projector
-from streams.recovery import OrderedTableManager
+from streams.recovery import OrderedTableManager, rewind_dropped_batches
 from streams.schedule_stage import ScheduleStage, is_schedule_message
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ class KairosWorker:
         )
         if settings.kafka_idempotence:
             make_idempotent(app)
+        rewind_dropped_batches(app)
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         names = self.names
         self.host_inputs = app.topic(

@@ -15,6 +15,16 @@ only then clear the queues and let records flow. A record that had reached a que
 stop lies past the committed offset (Faust commits only what agents acknowledged), so the seek
 brings it back. Reading a record twice is harmless: inputs dedupe by `event_id`, and commands
 carry deterministic ids.
+
+`RewindingConsumer` closes a second gap, in the changelogs. Faust's `Consumer.getmany` drops a
+batch that arrives after the flow stopped and rewinds only partitions with a committed offset.
+A fetch that spans the start of a recovery (the flow stops at revocation, recovery seeks the
+changelogs to where it reads from, and the fetch in flight returns records from there) loses
+the changelog records it carried: changelogs have no committed offset, the consumer's position
+is already past them, and recovery waits for them until the next rebalance. Seen when the owner
+of the dispatch partition froze: the survivor read nothing of the partitions it took over until
+the frozen worker came back. The consumer now rewinds every partition of such a batch to its
+first record before Faust drops it.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from faust.tables.manager import TableManager
 from faust.tables.recovery import Recovery
+from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP
 
 log = logging.getLogger(__name__)
@@ -110,3 +121,45 @@ class OrderedTableManager(TableManager):
         if self._recovery is None:
             self._recovery = OrderedRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
         return self._recovery
+
+
+class RewindingConsumer(Consumer):
+    """Faust's aiokafka consumer that rewinds a batch it is about to drop (see the module)."""
+
+    async def _wait_next_records(self, timeout: float) -> tuple[Any, Any]:
+        records, active_partitions = await super()._wait_next_records(timeout)
+        if records and not self.flow_active:
+            spans = {
+                tp: (batch[0].offset, batch[-1].offset + 1)
+                for tp, batch in records.items()
+                if batch
+            }
+            thread: Any = self._thread
+            rewound = await thread.call_thread(_rewind, thread._ensure_consumer(), spans)
+            for tp in rewound:
+                self._read_offset[tp] = spans[tp][0] or None
+            if rewound:
+                log.info(
+                    "rewound %d partitions of a batch fetched as the flow stopped", len(rewound)
+                )
+            return {}, active_partitions
+        return records, active_partitions
+
+
+async def _rewind(consumer: Any, spans: dict[TP, tuple[int, int]]) -> list[TP]:
+    """On the consumer's own thread: back to each batch's first offset, unless sought since.
+
+    Every seek runs on this thread, so nothing moves a position between the check and the seek.
+    """
+    assigned = consumer.assignment()
+    rewound = []
+    for tp, (first, after) in spans.items():
+        if tp in assigned and await consumer.position(tp) == after:
+            consumer.seek(tp, first)
+            rewound.append(tp)
+    return rewound
+
+
+def rewind_dropped_batches(app: Any) -> None:
+    """Use `RewindingConsumer` for `app`; call before anything starts the consumer."""
+    app.transport.Consumer = RewindingConsumer
