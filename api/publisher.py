@@ -18,7 +18,9 @@ from aiokafka.errors import KafkaError
 from api.errors import KafkaUnavailable
 from kairos.settings import Settings
 from schemas.api import Accepted
-from schemas.events import HostChange, ObjectEvent, ScanCompleted, ScheduleChange
+from schemas.changes import HostChange, ScheduleChange
+from schemas.objects import ObjectEvent
+from schemas.results import ScanCompleted
 from schemas.topics import CONFIG_KEY
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.kafka_io import CommandCollector, start_producer
 from kairos.settings import Settings
-from schemas.events import ScanCompleted
+from schemas.results import ScanCompleted
 
 Command = dict[str, Any]
 

@@ -12,8 +12,9 @@ from aiokafka import AIOKafkaProducer
 
 from bench.kafka_io import send_all
 from kairos.settings import Settings
+from schemas.changes import ConfigUpdated
 from schemas.config import ConfigChanges
-from schemas.events import ConfigUpdated, ObjectEvent
+from schemas.objects import ObjectEvent
 from schemas.schedules import ScheduleUpserted
 from schemas.topics import CONFIG_KEY
 

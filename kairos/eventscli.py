@@ -21,8 +21,10 @@ from pydantic import TypeAdapter, ValidationError
 from kairos.client import EXIT_INVALID, EXIT_UNAVAILABLE
 from kairos.settings import Settings
 from schemas import topics
+from schemas.changes import ScheduleChange
 from schemas.commands import ScanCommand
-from schemas.events import ObjectEvent, ScanCompleted, ScheduleChange
+from schemas.objects import ObjectEvent
+from schemas.results import ScanCompleted
 
 events_app = typer.Typer(help="Publish messages to Kairos' input topics.", no_args_is_help=True)
 commands_app = typer.Typer(help="Follow the scan commands Kairos issues.", no_args_is_help=True)

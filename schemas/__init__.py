@@ -1,22 +1,19 @@
 """The Kairos contract: every message on every topic and every API body (v1)."""
 
 from schemas.base import SCHEMA_VERSION, CommandReason, ComplianceState, HostStatus
-from schemas.commands import ADAPTIVE_SCANNER, DeadLetter, Rejection, ScanCommand
-from schemas.config import ConfigChanges, SchedulerConfig
-from schemas.events import (
+from schemas.changes import (
     ConfigUpdated,
     HostMaintenanceSet,
     HostScanRequested,
     HostsInitializeRequested,
     HostStatusChanged,
-    ObjectAttributes,
-    ObjectEvent,
-    Operation,
-    ScanCompleted,
-    ScanStatus,
     ScheduleChange,
     SchedulerToggled,
 )
+from schemas.commands import ADAPTIVE_SCANNER, DeadLetter, Rejection, ScanCommand
+from schemas.config import ConfigChanges, SchedulerConfig
+from schemas.objects import ObjectAttributes, ObjectEvent, Operation
+from schemas.results import ScanCompleted, ScanStatus
 from schemas.state import HostSchedule, HostStateChanged, InFlightCommand
 
 __all__ = [

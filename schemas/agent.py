@@ -14,7 +14,7 @@ from pydantic import Field
 
 from schemas.base import Contract, Timestamp
 from schemas.commands import ScanCommand
-from schemas.events import ScanCompleted, ScanStatus
+from schemas.results import ScanCompleted, ScanStatus
 
 RESULT_NAMESPACE = uuid.UUID("5d0c3a52-8a0e-4c51-9a51-6f1f0c2b8e11")
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 from schemas.alerts import AlertState, AlertType, SubjectType
 from schemas.base import CommandReason, ComplianceState, Contract, HostStatus, Timestamp
 from schemas.config import ConfigChanges, SchedulerConfig
-from schemas.events import HostLabels, ObjectAttributes
+from schemas.objects import HostLabels, ObjectAttributes
 
 
 class Role(IntEnum):

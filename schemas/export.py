@@ -11,8 +11,10 @@ from pydantic import BaseModel, TypeAdapter
 
 from schemas import topics
 from schemas.alerts import AlertChanged
+from schemas.changes import ScheduleChange
 from schemas.commands import DeadLetter, ScanCommand
-from schemas.events import ObjectEvent, ScanCompleted, ScheduleChange
+from schemas.objects import ObjectEvent
+from schemas.results import ScanCompleted
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "docs" / "contract"
 

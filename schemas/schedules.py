@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from schemas.base import ComplianceState, Contract, HostStatus, Message, Timestamp
-from schemas.events import ObjectAttributes, Operation
+from schemas.objects import ObjectAttributes, Operation
 
 SCHEDULE_STATE_FORMAT: Literal[1] = 1
 HOST_OBJECT_TYPE = "host"
@@ -721,7 +721,7 @@ ScheduleEventType: TypeAlias = (
     | ScheduleBackfillRequested
 )
 ScheduleEvent: TypeAlias = Annotated[ScheduleEventType, Field(discriminator="type")]
-"""Every `schedule.*` event; all are members of `schemas.events.ScheduleChange`."""
+"""Every `schedule.*` event; all are members of `schemas.changes.ScheduleChange`."""
 
 # --- runs -----------------------------------------------------------------------------
 

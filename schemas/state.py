@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from schemas.base import CommandReason, ComplianceState, Contract, HostStatus, Timestamp
-from schemas.events import ObjectAttributes
+from schemas.objects import ObjectAttributes
 
 STATE_FORMAT = 1
 

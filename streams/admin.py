@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from kairos.settings import Settings, topic_durability_problem
+from streams.topology import TopicSpec, topic_specs
 
 log = logging.getLogger(__name__)
 
@@ -24,57 +24,6 @@ class TopicLayoutMismatch(RuntimeError):
 
 class UnsafeTopicSettings(TopicLayoutMismatch):
     """In prod, the settings would create topics that lose acknowledged events."""
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    name: str
-    partitions: int
-    compacted: bool = False
-
-
-def topic_specs(settings: Settings) -> list[TopicSpec]:
-    names = settings.topics
-    host_keyed = [TopicSpec(name, settings.partitions) for name in names.host_keyed()]
-    compacted = {names.host_state, names.schedules}  # Latest state per key is all that counts.
-    host_keyed = [
-        TopicSpec(spec.name, spec.partitions, compacted=spec.name in compacted)
-        for spec in host_keyed
-    ]
-    return [
-        *host_keyed,
-        TopicSpec(names.dead_letters, settings.partitions),
-        TopicSpec(names.alerts, settings.partitions),
-        TopicSpec(names.dispatch_queue, 1),
-        TopicSpec(names.scheduler_control, 1, compacted=False),
-        *faust_topic_specs(settings),
-    ]
-
-
-# Faust's table changelogs (name -> partitions; None = the host partition count).
-FAUST_TABLES: dict[str, int | None] = {
-    "hosts": None,
-    "dispatcher": 1,
-    "schedules": None,
-    "schedule-fanouts": None,
-    "schedule-commands": None,
-}
-
-
-def faust_topic_specs(settings: Settings) -> list[TopicSpec]:
-    """Faust's own topics, created up front.
-
-    Left to Faust, a consumer can record a changelog topic before Faust has created it and
-    keep that empty view for minutes; its agent then crashes with PartitionsMismatch on
-    every message. Creating them with the rest avoids the race on a fresh deployment.
-    """
-    group = f"{settings.topic_prefix}{settings.app_id}"
-    specs = [
-        TopicSpec(f"{group}-{table}-changelog", partitions or settings.partitions, compacted=True)
-        for table, partitions in FAUST_TABLES.items()
-    ]
-    specs.append(TopicSpec(f"{group}-__assignor-__leader", 1))
-    return specs
 
 
 async def admin_client(settings: Settings) -> AIOKafkaAdminClient:

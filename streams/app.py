@@ -22,15 +22,9 @@ from faust.exceptions import FaustError
 
 from kairos.clock import Clock, clock_for_speed
 from kairos.settings import KafkaSecurityProtocol, Settings
+from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 from schemas.commands import ADAPTIVE_SCANNER, Rejection, ScanCommand
 from schemas.config import SchedulerConfig
-from schemas.events import (
-    ConfigUpdated,
-    HostsInitializeRequested,
-    ObjectEvent,
-    ScanCompleted,
-    SchedulerToggled,
-)
 from schemas.internal import (
     CommandIssued,
     CommandTimedOut,
@@ -43,8 +37,10 @@ from schemas.internal import (
     InitializePublished,
     SlotReleased,
 )
+from schemas.objects import ObjectEvent
+from schemas.results import ScanCompleted
 from schemas.state import HostSchedule, HostStateChanged
-from streams import codec
+from streams import codec, topology
 from streams.codec import Undecodable
 from streams.due_index import DueIndex
 from streams.faults import delay_offset_fetches
@@ -148,12 +144,8 @@ class KairosWorker:
 
         # value_type=bytes makes Faust keep values raw in memory and in the changelog;
         # a Schema would not reach the changelog, and recovery would hand back dicts.
-        self.hosts = app.Table(
-            "hosts", partitions=settings.partitions, key_type=str, value_type=bytes
-        )
-        self.dispatcher_table = app.Table(
-            "dispatcher", partitions=1, key_type=str, value_type=bytes
-        )
+        self.hosts = topology.HOSTS.declare(app, settings)
+        self.dispatcher_table = topology.DISPATCHER.declare(app, settings)
         self.hosts.on_recover(self._rebuild_due_index)
         self.dispatcher_table.on_recover(self._rebuild_dispatch_queue)
         self.schedule_stage = ScheduleStage(self, app)
@@ -269,7 +261,7 @@ class KairosWorker:
             parsed = codec.decode(self._adapter_for(topic), raw)
             host_id = self._host_id_of(parsed)
         except Undecodable as error:
-            await self._dead_letter(topic, partition, offset, key, raw, str(error))
+            await self.dead_letter(topic, partition, offset, key, raw, str(error))
             return
         if isinstance(parsed, HostsDue):
             await self._wake_hosts(parsed, topic, partition, offset)
@@ -286,7 +278,7 @@ class KairosWorker:
         if key is None or key.decode("utf-8", "replace") != host_id:
             reason = f"key {key!r} must equal the host id {host_id!r} (host-keyed topic)"
             if not isinstance(parsed, ObjectEvent) or parsed.object_type == "host":
-                await self._dead_letter(topic, partition, offset, key, raw, reason)
+                await self.dead_letter(topic, partition, offset, key, raw, reason)
                 return
         stored = self.hosts.get(host_id)
         schedule = HostSchedule.model_validate_json(stored) if stored else None
@@ -404,7 +396,7 @@ class KairosWorker:
                 base = last
             result = apply_config_change(base, change)
             if isinstance(result, Rejection):
-                await self._dead_letter(topic, partition, offset, key, raw, result.reason)
+                await self.dead_letter(topic, partition, offset, key, raw, result.reason)
                 return
             self._last_published_config = result
             published = ConfigPublished(config=result)
@@ -438,7 +430,7 @@ class KairosWorker:
         topic = table.changelog_topic.get_topic_name()
         key_bytes = key.encode() if isinstance(key, str) else key
         reason = f"unreadable state record: {type(error).__name__}: {error}"[:2000]
-        await self._dead_letter(topic, None, None, key_bytes, raw, reason)
+        await self.dead_letter(topic, None, None, key_bytes, raw, reason)
 
     async def _request_again(self, schedule: HostSchedule) -> None:
         assert schedule.in_flight is not None
@@ -462,7 +454,7 @@ class KairosWorker:
             try:
                 parsed = codec.decode(codec.dispatch_message, event.value)
             except Undecodable as error:
-                await self._dead_letter(
+                await self.dead_letter(
                     message.topic,
                     message.partition,
                     message.offset,
@@ -718,9 +710,9 @@ class KairosWorker:
         """
         self.counters["poisoned_messages"] += 1
         log.error("message %s[%s]@%s could not be handled", *origin[:3], exc_info=error)
-        await self._dead_letter(*origin, f"handling failed: {type(error).__name__}: {error}")
+        await self.dead_letter(*origin, f"handling failed: {type(error).__name__}: {error}")
 
-    async def _dead_letter(
+    async def dead_letter(
         self,
         topic: str,
         partition: int | None,

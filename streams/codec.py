@@ -8,9 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from schemas.changes import ScheduleChange
 from schemas.commands import DeadLetter, ScanCommand
-from schemas.events import ObjectEvent, ScanCompleted, ScheduleChange
 from schemas.internal import ControlMessage, DispatchMessage, HostSignal
+from schemas.objects import ObjectEvent
+from schemas.results import ScanCompleted
 from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
 from schemas.state import HostStateChanged
 from streams.policy.ids import message_id

@@ -16,15 +16,18 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import Field, TypeAdapter
 
+from kairos.clock import Clock
+from kairos.settings import Settings
 from schemas.base import Contract, Timestamp
 from schemas.commands import ADAPTIVE_SCANNER
-from schemas.events import ObjectEvent, ScanCompleted, ScanStatus
 from schemas.internal import CommandTimedOut, ReleaseOutcome, SlotReleased
+from schemas.objects import ObjectEvent
+from schemas.results import ScanCompleted, ScanStatus
 from schemas.schedules import (
     RunPlan,
     Schedule,
@@ -34,10 +37,11 @@ from schemas.schedules import (
     load_schedule_state,
 )
 from schemas.state import HostSchedule
-from streams import codec
+from schemas.topics import TopicNames
+from streams import codec, topology
 from streams.codec import Undecodable
 from streams.due_index import DueIndex
-from streams.partition_index import partition_of
+from streams.partition_index import HostsByPartition, partition_of
 from streams.policy.schedule_commands import (
     CommandEntry,
     EndChoice,
@@ -64,8 +68,31 @@ from streams.policy.schedules import (
 )
 from streams.policy.targets import dispatch_requests, select_targets
 
-if TYPE_CHECKING:
-    from streams.app import KairosWorker
+
+class StageHost(Protocol):
+    """What the schedule stage uses of the worker it runs in: shared tables, topics and the
+    dead-letter guard (the worker implements it; the stage never imports the worker)."""
+
+    settings: Settings
+    clock: Clock
+    names: TopicNames
+    hosts: Any
+    hosts_by_partition: HostsByPartition
+    host_signals: Any
+    dispatch_topic: Any
+
+    async def dead_letter(
+        self,
+        topic: str,
+        partition: int | None,
+        offset: int | None,
+        key: bytes | None,
+        raw: bytes | None,
+        reason: str,
+    ) -> None: ...
+
+    def wake_host(self, host_id: str) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +207,9 @@ def skip_reason(skipped_hosts: dict[str, int]) -> str:
 
 
 class ScheduleStage:
-    """Tables and in-memory indexes of the schedule stage, wired into one KairosWorker."""
+    """Tables and in-memory indexes of the schedule stage, wired into the worker that hosts it."""
 
-    def __init__(self, worker: KairosWorker, app: Any) -> None:
+    def __init__(self, worker: StageHost, app: Any) -> None:
         self.worker = worker
         settings = worker.settings
         self.partitions = settings.partitions
@@ -193,17 +220,11 @@ class ScheduleStage:
         self.records = app.topic(worker.names.schedules, **raw)
         self.runs = app.topic(worker.names.schedule_runs, **raw)
         self.changes = app.topic(worker.names.schedule_changes, **raw)
-        self.table = app.Table(
-            "schedules", partitions=settings.partitions, key_type=str, value_type=bytes
-        )
-        self.fanouts = app.Table(
-            "schedule-fanouts", partitions=settings.partitions, key_type=str, value_type=bytes
-        )
+        self.table = topology.SCHEDULES.declare(app, settings)
+        self.fanouts = topology.SCHEDULE_FANOUTS.declare(app, settings)
         # Host side, the ledger of `streams.policy.schedule_commands`: command id -> entry;
         # "busy:", "ended:" and "last:" + host/scanner.
-        self.commands = app.Table(
-            "schedule-commands", partitions=settings.partitions, key_type=str, value_type=bytes
-        )
+        self.commands = topology.SCHEDULE_COMMANDS.declare(app, settings)
         self.table.on_recover(self._rebuild_due_index)
         app.task(self._follow_schedules)
 
@@ -218,7 +239,7 @@ class ScheduleStage:
         try:
             parsed = codec.decode(adapter, raw)
         except Undecodable as error:
-            await worker._dead_letter(topic, partition, offset, key, raw, str(error))
+            await worker.dead_letter(topic, partition, offset, key, raw, str(error))
             return
         now = worker.clock.now()
         if isinstance(parsed, ScheduleFanOut):
@@ -227,7 +248,7 @@ class ScheduleStage:
         schedule_id: str = parsed.schedule_id
         if key is None or key.decode("utf-8", "replace") != schedule_id:
             reason = f"key {key!r} must equal the schedule id {schedule_id!r}"
-            await worker._dead_letter(topic, partition, offset, key, raw, reason)
+            await worker.dead_letter(topic, partition, offset, key, raw, reason)
             return
         await self._handle_keyed(schedule_id, parsed, now, (topic, partition, offset, key, raw))
         # Whatever happened, the due index follows the stored state (a tick popped it).
@@ -258,7 +279,7 @@ class ScheduleStage:
             case _:
                 decision = decide_schedule(state, parsed, now=now)
         if decision.rejection is not None:
-            await self.worker._dead_letter(*origin, decision.rejection)
+            await self.worker.dead_letter(*origin, decision.rejection)
             return
         await self._settle(schedule_id, state, decision, now)
 

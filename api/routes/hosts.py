@@ -42,7 +42,8 @@ from schemas.api import (
     MaintenanceUpdate,
 )
 from schemas.base import ComplianceState
-from schemas.events import HostMaintenanceSet, HostScanRequested, ObjectAttributes, ObjectEvent
+from schemas.changes import HostMaintenanceSet, HostScanRequested
+from schemas.objects import ObjectAttributes, ObjectEvent
 
 router = APIRouter(prefix=PREFIX, tags=["hosts"], route_class=AuthenticatedRoute)
 

@@ -22,8 +22,8 @@ from schemas.api import (
     SchedulerConfigPublic,
     StatusPublic,
 )
+from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 from schemas.config import ConfigChanges
-from schemas.events import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 
 router = APIRouter(prefix=PREFIX, tags=["scheduler"], route_class=AuthenticatedRoute)
 

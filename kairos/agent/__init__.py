@@ -9,7 +9,7 @@ from kairos.agent.sdk import Agent, AgentStats, Handler
 from kairos.agent.simulate import FleetSpec, ScannerProfile, run_fleet, simulated_fleet
 from schemas.agent import ScanReport
 from schemas.commands import ScanCommand
-from schemas.events import ScanStatus
+from schemas.results import ScanStatus
 
 __all__ = [
     "Agent",

@@ -23,7 +23,7 @@ from kairos.consuming import OffsetTracker, RecentIds
 from kairos.settings import Settings
 from schemas.agent import ScanReport, scan_completed
 from schemas.commands import ADAPTIVE_SCANNER, ScanCommand
-from schemas.events import ScanStatus
+from schemas.results import ScanStatus
 
 log = logging.getLogger(__name__)
 

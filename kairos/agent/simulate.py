@@ -16,7 +16,7 @@ from kairos.clock import Clock
 from kairos.settings import Settings
 from schemas.agent import ScanReport
 from schemas.commands import ADAPTIVE_SCANNER, ScanCommand
-from schemas.events import ScanStatus
+from schemas.results import ScanStatus
 
 CHECKS_PER_SCAN = 50
 

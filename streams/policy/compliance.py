@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from schemas.base import ComplianceState
 from schemas.config import SchedulerConfig
-from schemas.events import ScanCompleted, ScanStatus
+from schemas.results import ScanCompleted, ScanStatus
 
 
 def compliance_state(result: ScanCompleted | None) -> ComplianceState:

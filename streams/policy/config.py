@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from schemas.changes import ConfigUpdated, SchedulerToggled
 from schemas.commands import Rejection
 from schemas.config import SchedulerConfig
-from schemas.events import ConfigUpdated, SchedulerToggled
 
 
 def apply_config_change(

@@ -13,18 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from schemas.base import CommandReason, ComplianceState, HostStatus
+from schemas.changes import HostMaintenanceSet, HostScanRequested, HostStatusChanged
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.config import SchedulerConfig
-from schemas.events import (
-    ERROR_MAX_CHARS,
-    HostMaintenanceSet,
-    HostScanRequested,
-    HostStatusChanged,
-    ObjectEvent,
-    Operation,
-    ScanCompleted,
-    ScanStatus,
-)
 from schemas.internal import (
     CommandIssued,
     CommandTimedOut,
@@ -34,6 +25,8 @@ from schemas.internal import (
     ReleaseOutcome,
     SlotReleased,
 )
+from schemas.objects import ObjectEvent, Operation
+from schemas.results import ERROR_MAX_CHARS, ScanCompleted, ScanStatus
 from schemas.state import HostSchedule, InFlightCommand
 from streams.policy.compliance import compliance_state, interval, interval_minutes
 from streams.policy.ids import command_id, event_fingerprint, spread_offset_seconds
@@ -159,15 +152,6 @@ def _next_scan_wake(schedule: HostSchedule, config: SchedulerConfig) -> datetime
     if not config.enabled or schedule.maintenance_mode:
         return None  # Scheduled scans are held; toggling or leaving maintenance wakes it.
     return schedule.next_scheduled_scan
-
-
-def is_overdue(schedule: HostSchedule, *, now: datetime, config: SchedulerConfig) -> bool:
-    """An active host outside maintenance, unscanned for longer than the ceiling allows."""
-    if schedule.maintenance_mode or not schedule.is_active:
-        return False
-    ceiling = timedelta(minutes=config.max_interval_minutes)
-    last = schedule.last_scan_completed or schedule.created_at
-    return now - last > ceiling and schedule.next_scheduled_scan <= now
 
 
 # --- inputs ---------------------------------------------------------------------

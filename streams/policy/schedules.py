@@ -24,8 +24,9 @@ from kairos.recurrence import (
     occurrences_between,
     schedule_problem,
 )
-from schemas.events import ERROR_MAX_CHARS, ObjectEvent
 from schemas.internal import ReleaseOutcome
+from schemas.objects import ObjectEvent
+from schemas.results import ERROR_MAX_CHARS
 from schemas.schedules import (
     ActiveRun,
     BufferedRun,

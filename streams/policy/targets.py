@@ -17,8 +17,8 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from schemas.base import CommandReason, ComplianceState, HostStatus
-from schemas.events import ObjectAttributes, Operation
 from schemas.internal import DispatchRequested
+from schemas.objects import ObjectAttributes, Operation
 from schemas.schedules import (
     HOST_OBJECT_TYPE,
     LABEL_FIELD_PREFIX,

@@ -16,8 +16,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from schemas.commands import DeadLetter, ScanCommand
-from schemas.events import ScanCompleted, ScanStatus
 from schemas.internal import CommandTimedOut, ConfigPublished
+from schemas.results import ScanCompleted, ScanStatus
 from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
 from schemas.state import HostSchedule, HostStateChanged
 from streams.policy.schedules import schedule_status

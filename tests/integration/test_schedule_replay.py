@@ -17,9 +17,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.internal import ReleaseOutcome
 from streams import codec
-from streams.admin import faust_topic_specs
 from streams.partition_index import partition_of
 from streams.policy.schedule_commands import CommandEntry, marked_ended, origin_of
+from streams.topology import SCHEDULE_COMMANDS
 from tests.support.factories import scan_result, schedule_triggered
 from tests.support.kafka import wait_until
 from tests.support.schedules import schedule_harness
@@ -66,7 +66,7 @@ async def test_a_result_replayed_after_its_report_was_lost_ends_the_run(
     settings = make_settings()
     worker = workers(settings)
     names = settings.topics
-    (ledger,) = [s.name for s in faust_topic_specs(settings) if "schedule-commands" in s.name]
+    ledger = SCHEDULE_COMMANDS.changelog(settings)
 
     # Agents that take the commands and stay silent: the result is sent by hand, later.
     async with schedule_harness(settings, answer=lambda command: False) as bench:

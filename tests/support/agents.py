@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from kairos.settings import Settings
-from schemas.events import ScanCompleted, ScanStatus
+from schemas.results import ScanCompleted, ScanStatus
 from tests.support.kafka import start_producer
 
 Command = dict[str, Any]

@@ -6,18 +6,10 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas.changes import ConfigUpdated, HostMaintenanceSet, HostScanRequested, SchedulerToggled
 from schemas.config import ConfigChanges
-from schemas.events import (
-    ConfigUpdated,
-    HostMaintenanceSet,
-    HostScanRequested,
-    ObjectAttributes,
-    ObjectEvent,
-    Operation,
-    ScanCompleted,
-    ScanStatus,
-    SchedulerToggled,
-)
+from schemas.objects import ObjectAttributes, ObjectEvent, Operation
+from schemas.results import ScanCompleted, ScanStatus
 from schemas.schedules import (
     Schedule,
     ScheduleBackfillRequested,

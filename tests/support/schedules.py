@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 
 from kairos.clock import ScaledClock
 from kairos.settings import Settings
-from schemas.events import ObjectEvent
+from schemas.objects import ObjectEvent
 from schemas.schedules import ScheduleRunRecorded, ScheduleState, ScheduleStateChanged
 from schemas.topics import CONFIG_KEY
 from streams import codec

@@ -11,17 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.base import CommandReason, ComplianceState, HostStatus
+from schemas.changes import HostMaintenanceSet, HostScanRequested, HostStatusChanged
 from schemas.config import SchedulerConfig
-from schemas.events import (
-    HostMaintenanceSet,
-    HostScanRequested,
-    HostStatusChanged,
-    ObjectAttributes,
-    ObjectEvent,
-    Operation,
-    ScanCompleted,
-    ScanStatus,
-)
 from schemas.internal import (
     CommandIssued,
     CommandTimedOut,
@@ -29,6 +20,8 @@ from schemas.internal import (
     HostDue,
     HostReplanRequested,
 )
+from schemas.objects import ObjectAttributes, ObjectEvent, Operation
+from schemas.results import ScanCompleted, ScanStatus
 from schemas.state import HostSchedule
 from streams.policy.host import Decision, HostInput, decide
 

@@ -15,7 +15,7 @@ from kairos.consuming import OffsetTracker, RecentIds
 from schemas.agent import ScanReport, ScanResultBody, result_event_id, scan_completed
 from schemas.base import CommandReason, ComplianceState
 from schemas.commands import ScanCommand
-from schemas.events import ScanStatus
+from schemas.results import ScanStatus
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from schemas.events import LABEL_VALUE_MAX_CHARS, LABELS_MAX, ObjectAttributes
+from schemas.objects import LABEL_VALUE_MAX_CHARS, LABELS_MAX, ObjectAttributes
 from schemas.schedules import ARGS_MAX_BYTES, Schedule
 from streams import codec
 from streams.liveness import HEARTBEAT_FILE, Watchdog, heartbeat_age

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from schemas.api import ConfigUpdate
 from schemas.base import ComplianceState
+from schemas.changes import ConfigUpdated, SchedulerToggled
 from schemas.commands import Rejection
 from schemas.config import ConfigChanges, SchedulerConfig
-from schemas.events import ConfigUpdated, SchedulerToggled
 from streams.policy.compliance import interval_minutes
 from streams.policy.config import apply_config_change
 from tests.unit.factories import DEFAULT_CONFIG, NOW

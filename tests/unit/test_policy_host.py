@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from schemas.base import CommandReason, ComplianceState, HostStatus
 from schemas.config import SchedulerConfig
-from schemas.events import ScanCompleted
 from schemas.internal import ReleaseOutcome, SlotReleased
+from schemas.results import ScanCompleted
 from schemas.state import HostSchedule
 from streams.due_index import DueIndex
-from streams.policy.host import Decision, HostInput, decide, is_overdue, wake_at
+from streams.policy.host import Decision, HostInput, decide, wake_at
 from streams.policy.ids import command_id, spread_offset_seconds
 from tests.unit.factories import (
     DEFAULT_CONFIG,
@@ -1222,18 +1222,6 @@ def test_wake_at_is_none_while_a_command_is_in_flight() -> None:
 def test_wake_at_is_the_next_scheduled_scan_of_an_idle_host() -> None:
     schedule = scanned(score=60.0, completed_at=NOW)
     assert wake_at(schedule, DEFAULT_CONFIG) == NOW + timedelta(minutes=360)
-
-
-def test_overdue_means_unscanned_for_longer_than_the_ceiling() -> None:
-    schedule = scanned(completed_at=NOW).model_copy(
-        update={"next_scheduled_scan": NOW + timedelta(hours=24)}
-    )
-    ceiling = NOW + timedelta(minutes=DEFAULT_CONFIG.max_interval_minutes)
-
-    assert not is_overdue(schedule, now=ceiling, config=DEFAULT_CONFIG)
-    assert is_overdue(schedule, now=ceiling + SECOND, config=DEFAULT_CONFIG)
-    held = schedule.model_copy(update={"maintenance_mode": True})
-    assert not is_overdue(held, now=ceiling + SECOND, config=DEFAULT_CONFIG)
 
 
 def test_due_index_pops_hosts_due_by_now_in_time_order() -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from schemas.events import Operation
 from schemas.internal import DispatchRequested, ReleaseOutcome
+from schemas.objects import Operation
 from schemas.schedules import RunPlan, Schedule, ScheduleState
 from schemas.state import HostSchedule
 from streams.policy.schedules import (

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.base import ComplianceState, HostStatus
-from schemas.events import ObjectAttributes, ObjectEvent, Operation
 from schemas.internal import ReleaseOutcome
+from schemas.objects import ObjectAttributes, ObjectEvent, Operation
 from schemas.schedules import (
     RunPlan,
     Schedule,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.events import Operation
 from schemas.internal import ReleaseOutcome
+from schemas.objects import Operation
 from schemas.schedules import (
     CatchupPolicy,
     OverlapPolicy,

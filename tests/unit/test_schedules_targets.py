@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.base import CommandReason, ComplianceState, HostStatus
-from schemas.events import ObjectAttributes, Operation
+from schemas.objects import ObjectAttributes, Operation
 from schemas.schedules import RunPlan, RunReason, Schedule, Targets
 from streams.policy.targets import (
     TargetSkip,

@@ -10,20 +10,17 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.base import CommandReason, ComplianceState
-from schemas.commands import ScanCommand
-from schemas.config import SchedulerConfig
-from schemas.events import (
-    ERROR_MAX_CHARS,
+from schemas.changes import (
     ConfigUpdated,
     HostMaintenanceSet,
     HostScanRequested,
     HostsInitializeRequested,
     HostStatusChanged,
-    ObjectEvent,
-    ScanCompleted,
     ScheduleChange,
     SchedulerToggled,
 )
+from schemas.commands import ScanCommand
+from schemas.config import SchedulerConfig
 from schemas.internal import (
     CommandIssued,
     CommandTimedOut,
@@ -33,6 +30,8 @@ from schemas.internal import (
     HostSignal,
     SlotReleased,
 )
+from schemas.objects import ObjectEvent
+from schemas.results import ERROR_MAX_CHARS, ScanCompleted
 from schemas.state import HostSchedule
 from tests.unit.factories import HOST, NOW, issued, onboarded, scan_failed, scan_succeeded
 
