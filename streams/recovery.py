@@ -149,7 +149,8 @@ class RewindingConsumer(Consumer):
 async def _rewind(consumer: Any, spans: dict[TP, tuple[int, int]]) -> list[TP]:
     """On the consumer's own thread: back to each batch's first offset, unless sought since.
 
-    Every seek runs on this thread, so nothing moves a position between the check and the seek.
+    Recovery seeks through this thread too (Faust's `seek_wait`), so its seek cannot land
+    between the check and the seek; a later one wins over the rewind, as it should.
     """
     assigned = consumer.assignment()
     rewound = []
