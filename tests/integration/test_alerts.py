@@ -55,6 +55,11 @@ def states(messages: list[dict[str, Any]]) -> list[str]:
     return [state for _, state in seen]
 
 
+def first_alert(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages of the first alert raised for one (alert type, subject)."""
+    return [m for m in messages if m["alert_id"] == messages[0]["alert_id"]]
+
+
 def config_version(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         try:
@@ -194,11 +199,15 @@ async def test_past_promise_and_a_saturated_cap_are_alerted_then_resolved_by_sca
 
     published = alerts_of(records, topic)
     for key in wanted:
-        assert states(published[key]) == ["firing", "resolved"], published[key]
-    late = published[("past_promise", "late-1")]
+        # The 60x clock can take a host past its promise, or hold the cap, again once the
+        # first alert resolved: a later alert may fire, but never while one still fires.
+        changes = states(published[key])
+        assert changes[:2] == ["firing", "resolved"], published[key]
+        assert changes == (["firing", "resolved"] * len(changes))[: len(changes)], changes
+    late = first_alert(published[("past_promise", "late-1")])
     assert late[0]["severity"] == "critical" and "past the promise" in late[0]["summary"]
     assert late[-1]["resolution"] == "scanned within the promise"
-    cap = published[("cap_saturated", "fleet")]
+    cap = first_alert(published[("cap_saturated", "fleet")])
     assert (cap[0]["details"]["in_flight"], cap[0]["details"]["cap"]) == (1, 1)
 
 
