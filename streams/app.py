@@ -42,6 +42,7 @@ from schemas.results import ScanCompleted
 from schemas.state import HostSchedule, HostStateChanged
 from streams import codec, topology
 from streams.codec import Undecodable
+from streams.direct import DirectSends
 from streams.due_index import DueIndex
 from streams.faults import delay_offset_fetches
 from streams.liveness import Watchdog
@@ -59,6 +60,8 @@ from streams.schedule_stage import ScheduleStage, is_schedule_message
 log = logging.getLogger(__name__)
 
 DISPATCH_KEY = b"dispatch"
+DISPATCH_PARTITION = 0
+"""The dispatch queue and its table have one partition: one owner holds the fleet-wide cap."""
 CONTROL_KEY = b"config"
 INFRASTRUCTURE_ERRORS = (KafkaError, ConnectionError, FaustError)
 """Failures of the broker or the runtime, not of one message; never parked as poison."""
@@ -93,12 +96,14 @@ class KairosWorker:
         self.dispatch_queue = DispatchQueue()
         self.counters: Counter[str] = Counter()
         self._dispatcher_woken_pending = False
-        self._outbox: list[ScanCommand] = []
+        self._outbox: list[tuple[ScanCommand, asyncio.Future[Any] | None]] = []
+        """Issued commands with the ack of their slot record (None: durable already)."""
         self._outbox_ready = asyncio.Event()
         self._released_markers: deque[tuple[datetime, str]] = deque()
         self.metrics = WorkerMetrics()
         delay_offset_fetches(settings.fault_offset_fetch_delay_seconds)
         self.app = self._build_app()
+        self.direct = DirectSends(self.app)
 
     # --- wiring ---------------------------------------------------------------------
     def _build_app(self) -> faust.App:
@@ -289,7 +294,7 @@ class KairosWorker:
             config=self.config,
             scanner_busy=stage.holds_scanner(host_id, ADAPTIVE_SCANNER),
         )
-        await self._apply(host_id, schedule, decision)
+        await self._apply(host_id, partition, schedule, decision)
         if isinstance(parsed, ScanCompleted) and not decision.ignored:
             self.metrics.results_applied.inc()
         if isinstance(parsed, ObjectEvent):
@@ -319,7 +324,7 @@ class KairosWorker:
                     config=self.config,
                     scanner_busy=holds_scanner(host_id, ADAPTIVE_SCANNER),
                 )
-                await self._apply(host_id, schedule, decision)
+                await self._apply(host_id, partition, schedule, decision)
             except INFRASTRUCTURE_ERRORS:
                 raise
             except Exception as error:
@@ -332,7 +337,9 @@ class KairosWorker:
             return parsed.object_id
         return str(getattr(parsed, "host_id", ""))
 
-    async def _apply(self, host_id: str, before: HostSchedule | None, decision: Decision) -> None:
+    async def _apply(
+        self, host_id: str, partition: int, before: HostSchedule | None, decision: Decision
+    ) -> None:
         if decision.ignored:
             self.counters[f"ignored_{decision.ignored}"] += 1
         after = decision.schedule
@@ -344,11 +351,12 @@ class KairosWorker:
                     f"host {host_id!r} state would be {len(encoded)} bytes,"
                     f" over the {DERIVED_RECORD_MAX_BYTES}-byte limit for derived records"
                 )
+            direct = self.direct
             if after is None:
-                self.hosts.pop(host_id, None)
+                await direct.put(self.hosts, host_id, None, partition)
                 self.hosts_by_partition.discard(host_id)
             else:
-                self.hosts[host_id] = encoded
+                await direct.put(self.hosts, host_id, encoded, partition)
                 self.hosts_by_partition.add(host_id)
             if after is None or before is None or after.version != before.version:
                 change = HostStateChanged(
@@ -357,11 +365,13 @@ class KairosWorker:
                     schedule=after,
                     changed_at=self.clock.now(),
                 )
-                await self.host_state.send(key=host_id.encode(), value=codec.encode(change))
-        for request in decision.dispatch:
-            await self.dispatch_topic.send(key=DISPATCH_KEY, value=codec.encode(request))
-        for release in decision.releases:
-            await self.dispatch_topic.send(key=DISPATCH_KEY, value=codec.encode(release))
+                await self.direct.send(
+                    self.names.host_state, host_id.encode(), codec.encode(change)
+                )
+        for message in (*decision.dispatch, *decision.releases):
+            await self.direct.send(
+                self.names.dispatch_queue, DISPATCH_KEY, codec.encode(message), DISPATCH_PARTITION
+            )
         if decision.held_busy:
             # Woken when the schedule's command ends (`wake_host`); the recheck covers an end
             # this worker does not see, such as one handled before a rebalance.
@@ -481,12 +491,12 @@ class KairosWorker:
                 waiting = parsed
         elif isinstance(parsed, SlotReleased):
             queue.release(parsed.command_id, parsed.outcome)
-            self._mark_released(parsed.command_id, now)
+            await self._mark_released(parsed.command_id, now)
         elif isinstance(parsed, DispatcherWoken):
             self._dispatcher_woken_pending = False
-        self._forget_released_before(now - RELEASED_MARKER_KEPT)
+        await self._forget_released_before(now - RELEASED_MARKER_KEPT)
         for expired in queue.expire(now):
-            self._mark_released(expired.command_id, now)
+            await self._mark_released(expired.command_id, now)
             self.counters["commands_timed_out"] += 1
             self.metrics.timeouts.inc()
             timed_out = CommandTimedOut(
@@ -505,37 +515,42 @@ class KairosWorker:
         )
         if waiting is not None and waiting.command_id not in {i.request.command_id for i in issued}:
             # Recorded as waiting only if it still is: an issued entry would replace it at once.
-            table[waiting.command_id] = codec.dumps({"request": waiting.model_dump(mode="json")})
+            entry = codec.dumps({"request": waiting.model_dump(mode="json")})
+            await self.direct.put(table, waiting.command_id, entry, DISPATCH_PARTITION)
         for item in issued:
             command = item.command
             self.metrics.issued(
                 reason=command.reason.value, due_at=command.due_at, issued_at=command.issued_at
             )
-            table[command.command_id] = codec.dumps(
+            slot = codec.dumps(
                 {
                     "request": item.request.model_dump(mode="json"),
                     "issued_at": command.issued_at.isoformat(),
                     "deadline": command.deadline.isoformat(),
                 }
             )
-            self._outbox.append(command)
+            # The command waits for the ack of its own slot, never for everything queued.
+            acked = await self.direct.put(table, command.command_id, slot, DISPATCH_PARTITION)
+            self._outbox.append((command, acked))
         if issued:
             self._outbox_ready.set()
         self.counters["commands_issued"] += len(issued)
 
-    def _mark_released(self, command_id: str, now: datetime) -> None:
+    async def _mark_released(self, command_id: str, now: datetime) -> None:
         """A durable marker: after a failover a late request for this command is still absorbed
         instead of being issued again and holding a slot until its deadline."""
-        self.dispatcher_table[command_id] = codec.dumps({"released_at": now.isoformat()})
+        marker = codec.dumps({"released_at": now.isoformat()})
+        await self.direct.put(self.dispatcher_table, command_id, marker, DISPATCH_PARTITION)
         self._released_markers.append((now, command_id))
 
-    def _forget_released_before(self, cutoff: datetime) -> None:
+    async def _forget_released_before(self, cutoff: datetime) -> None:
         markers = self._released_markers
+        table = self.dispatcher_table
         while markers and (markers[0][0] < cutoff or len(markers) > RECENTLY_RELEASED_KEPT):
             _, command_id = markers.popleft()
-            stored = self.dispatcher_table.get(command_id)
+            stored = table.get(command_id)
             if stored is not None and b'"released_at"' in stored:
-                self.dispatcher_table.pop(command_id, None)
+                await self.direct.put(table, command_id, None, DISPATCH_PARTITION)
 
     def _rebuild_dispatch_queue(self) -> Any:
         async def rebuild() -> None:
@@ -569,7 +584,7 @@ class KairosWorker:
             # A slot is durable before its command is sent, so a kill -9 in between leaves
             # commands that never went out. Send every in-flight one again with its own id:
             # agents dedupe on command_id, and this costs one record per in-flight command.
-            self._outbox.extend(resend)
+            self._outbox.extend((command, None) for command in resend)
             if resend:
                 self._outbox_ready.set()
             self.counters["commands_resent_after_recovery"] += len(resend)
@@ -587,20 +602,22 @@ class KairosWorker:
         """Send issued commands only once their slots are durable in the changelog.
 
         Table writes and command sends go to different partitions, so Kafka alone does not
-        order them: without the flush a kill -9 could leave commands out that the next
-        dispatcher does not count, and the fleet-wide cap would be exceeded.
-        One flush covers every command issued since the last one.
+        order them: a command sent before its slot was acknowledged could be out after a
+        kill -9 while the next dispatcher does not count it, and the fleet-wide cap would be
+        exceeded. So each batch waits for the acks of its own slot records (commands re-sent
+        after recovery have theirs already), never for a flush of everything queued.
         """
         while True:
             await self._outbox_ready.wait()
             self._outbox_ready.clear()
             batch, self._outbox = self._outbox, []
-            await self.app.producer.flush()
+            await asyncio.gather(*(acked for _, acked in batch if acked is not None))
             if self.settings.fault_command_send_delay_seconds:
                 await asyncio.sleep(self.settings.fault_command_send_delay_seconds)
-            for command in batch:
+            names = self.names
+            for command, _ in batch:
                 key = command.host_id.encode()
-                await self.scan_commands.send(key=key, value=codec.encode(command))
+                await self.direct.send(names.scan_commands, key, codec.encode(command))
                 if command.schedule_id is not None:
                     continue  # The schedule stage's ledger tracks it; the host has no use for it.
                 notice = CommandIssued(
@@ -609,7 +626,7 @@ class KairosWorker:
                     issued_at=command.issued_at,
                     deadline=command.deadline,
                 )
-                await self.host_signals.send(key=key, value=codec.encode(notice))
+                await self.direct.send(names.host_signals, key, codec.encode(notice))
 
     async def _log_dispatcher_ownership(self, sender: Any = None, **kwargs: Any) -> None:
         """Operators (and the fault tests) read from the log which worker holds the cap."""
