@@ -1,0 +1,267 @@
+"""The dispatcher: the one place the fleet-wide in-flight cap lives.
+
+It owns the single-partition dispatch queue and its table, so exactly one worker at a time
+issues commands. Requests wait in priority DESC, due ASC order (`streams.policy.dispatch`);
+an issued command's slot is durable in the changelog before the command leaves, and a failover
+sends every in-flight command again with its own id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter, deque
+from datetime import datetime, timedelta
+from typing import Any
+
+from kairos.clock import Clock
+from kairos.settings import Settings
+from schemas.commands import ScanCommand
+from schemas.internal import (
+    CommandIssued,
+    CommandTimedOut,
+    DispatcherWoken,
+    DispatchRequested,
+    SlotReleased,
+)
+from streams import codec
+from streams.codec import Undecodable
+from streams.direct import DirectSends
+from streams.guard import Guard
+from streams.metrics import WorkerMetrics
+from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
+from streams.stages.control import Control
+
+log = logging.getLogger(__name__)
+
+DISPATCH_KEY = b"dispatch"
+DISPATCH_PARTITION = 0
+"""The dispatch queue and its table have one partition: one owner holds the fleet-wide cap."""
+RELEASED_MARKER_KEPT = timedelta(minutes=30)
+"""Scheduler time a released command's marker is kept: longer than any replay or re-request."""
+
+
+class Dispatcher:
+    """Issues commands under the cap; only the owner of the dispatch partition acts."""
+
+    def __init__(
+        self,
+        *,
+        app: Any,
+        settings: Settings,
+        clock: Clock,
+        control: Control,
+        table: Any,
+        topic: Any,
+        direct: DirectSends,
+        guard: Guard,
+        metrics: WorkerMetrics,
+        counters: Counter[str],
+    ) -> None:
+        self._app = app
+        self.settings = settings
+        self._names = settings.topics
+        self._clock = clock
+        self._control = control
+        self.table = table
+        self.topic = topic
+        self._direct = direct
+        self._guard = guard
+        self._metrics = metrics
+        self._counters = counters
+        self.queue = DispatchQueue()
+        self._woken_pending = False
+        self._outbox: list[tuple[ScanCommand, asyncio.Future[Any] | None]] = []
+        """Issued commands with the ack of their slot record (None: durable already)."""
+        self._outbox_ready = asyncio.Event()
+        self._released_markers: deque[tuple[datetime, str]] = deque()
+
+    async def request(self, request: DispatchRequested) -> None:
+        await self._direct.send(
+            self._names.dispatch_queue, DISPATCH_KEY, codec.encode(request), DISPATCH_PARTITION
+        )
+
+    async def agent(self, stream: Any) -> None:
+        await self._control.ready.wait()
+        async for event in stream.events():
+            message = event.message
+            origin = (message.topic, message.partition, message.offset, message.key, event.value)
+            try:
+                parsed = codec.decode(codec.dispatch_message, event.value)
+            except Undecodable as error:
+                await self._guard.dead_letter(*origin, str(error))
+                continue
+            await self._guard.handled(origin, self.handle(parsed))
+
+    async def handle(self, parsed: Any) -> None:
+        queue = self.queue
+        table = self.table
+        config = self._control.config
+        direct = self._direct
+        now = self._clock.now()
+        waiting: DispatchRequested | None = None
+        if isinstance(parsed, DispatchRequested):
+            if queue.request(parsed):
+                waiting = parsed
+        elif isinstance(parsed, SlotReleased):
+            queue.release(parsed.command_id, parsed.outcome)
+            await self._mark_released(parsed.command_id, now)
+        elif isinstance(parsed, DispatcherWoken):
+            self._woken_pending = False
+        await self._forget_released_before(now - RELEASED_MARKER_KEPT)
+        for expired in queue.expire(now):
+            await self._mark_released(expired.command_id, now)
+            self._counters["commands_timed_out"] += 1
+            self._metrics.timeouts.inc()
+            timed_out = CommandTimedOut(
+                host_id=expired.host_id, command_id=expired.command_id, deadline=now
+            )
+            await direct.send(
+                self._names.host_signals, expired.host_id.encode(), codec.encode(timed_out)
+            )
+        issued = queue.issue(
+            now=now,
+            cap=config.max_concurrent_scans,
+            timeout=timedelta(seconds=config.scan_timeout_seconds),
+            aging_minutes=config.priority_aging_minutes,
+        )
+        if waiting is not None and waiting.command_id not in {i.request.command_id for i in issued}:
+            # Recorded as waiting only if it still is: an issued entry would replace it at once.
+            entry = codec.dumps({"request": waiting.model_dump(mode="json")})
+            await direct.put(table, waiting.command_id, entry, DISPATCH_PARTITION)
+        for item in issued:
+            command = item.command
+            self._metrics.issued(
+                reason=command.reason.value, due_at=command.due_at, issued_at=command.issued_at
+            )
+            slot = codec.dumps(
+                {
+                    "request": item.request.model_dump(mode="json"),
+                    "issued_at": command.issued_at.isoformat(),
+                    "deadline": command.deadline.isoformat(),
+                }
+            )
+            # The command waits for the ack of its own slot, never for everything queued.
+            acked = await direct.put(table, command.command_id, slot, DISPATCH_PARTITION)
+            self._outbox.append((command, acked))
+        if issued:
+            self._outbox_ready.set()
+        self._counters["commands_issued"] += len(issued)
+
+    async def wake_if_needed(self, now: datetime) -> None:
+        """On the owner: a free slot with requests waiting, or a deadline passed, wakes it."""
+        if self._woken_pending or not self.owned():
+            return
+        queue = self.queue
+        deadline = queue.next_deadline()
+        capacity_free = (
+            queue.waiting_count
+            and queue.in_flight_count < self._control.config.max_concurrent_scans
+        )
+        if capacity_free or (deadline is not None and deadline <= now):
+            self._woken_pending = True
+            woken = DispatcherWoken(at=now)
+            await self.topic.send(key=DISPATCH_KEY, value=codec.encode(woken))
+
+    async def _mark_released(self, command_id: str, now: datetime) -> None:
+        """A durable marker: after a failover a late request for this command is still absorbed
+        instead of being issued again and holding a slot until its deadline."""
+        marker = codec.dumps({"released_at": now.isoformat()})
+        await self._direct.put(self.table, command_id, marker, DISPATCH_PARTITION)
+        self._released_markers.append((now, command_id))
+
+    async def _forget_released_before(self, cutoff: datetime) -> None:
+        markers = self._released_markers
+        table = self.table
+        while markers and (markers[0][0] < cutoff or len(markers) > RECENTLY_RELEASED_KEPT):
+            _, command_id = markers.popleft()
+            stored = table.get(command_id)
+            if stored is not None and b'"released_at"' in stored:
+                await self._direct.put(table, command_id, None, DISPATCH_PARTITION)
+
+    def rebuild(self) -> Any:
+        """The table's recovery callback: the queue again from the durable slots."""
+
+        async def rebuild() -> None:
+            queue = DispatchQueue()
+            resend: list[ScanCommand] = []
+            released: list[tuple[datetime, str]] = []
+            for key, stored in list(self.table.items()):
+                try:
+                    entry = json.loads(stored)
+                    if "released_at" in entry:
+                        released.append((datetime.fromisoformat(entry["released_at"]), key))
+                        continue
+                    request = DispatchRequested.model_validate(entry["request"])
+                    if "deadline" not in entry:
+                        queue.request(request)
+                        continue
+                    deadline = datetime.fromisoformat(entry["deadline"])
+                    issued_at = datetime.fromisoformat(entry.get("issued_at") or entry["deadline"])
+                except Exception as error:  # Faust would swallow it and stop the rebuild.
+                    await self._guard.unreadable_state(self.table, key, stored, error)
+                    continue
+                queue.restore_in_flight(request, deadline)
+                resend.append(command_for(request, issued_at=issued_at, deadline=deadline))
+            released.sort()
+            for _, command_id in released:
+                queue.restore_released(command_id)
+            self._released_markers = deque(released)
+            self.queue = queue
+            if not self.owned():
+                resend = []  # Recovery runs on every worker; the partition's owner sends.
+            # A slot is durable before its command is sent, so a kill -9 in between leaves
+            # commands that never went out. Send every in-flight one again with its own id:
+            # agents dedupe on command_id, and this costs one record per in-flight command.
+            self._outbox.extend((command, None) for command in resend)
+            if resend:
+                self._outbox_ready.set()
+            self._counters["commands_resent_after_recovery"] += len(resend)
+            log.info(
+                "dispatch queue rebuilt: %d waiting, %d in flight (%d sent again), %d released",
+                queue.waiting_count,
+                queue.in_flight_count,
+                len(resend),
+                len(released),
+            )
+
+        return rebuild()
+
+    async def send_issued_commands(self) -> None:
+        """Send issued commands only once their slots are durable in the changelog.
+
+        Table writes and command sends go to different partitions, so Kafka alone does not
+        order them: a command sent before its slot was acknowledged could be out after a
+        kill -9 while the next dispatcher does not count it, and the fleet-wide cap would be
+        exceeded. So each batch waits for the acks of its own slot records (commands re-sent
+        after recovery have theirs already), never for a flush of everything queued.
+        """
+        names = self._names
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            batch, self._outbox = self._outbox, []
+            await asyncio.gather(*(acked for _, acked in batch if acked is not None))
+            if self.settings.fault_command_send_delay_seconds:
+                await asyncio.sleep(self.settings.fault_command_send_delay_seconds)
+            for command, _ in batch:
+                key = command.host_id.encode()
+                await self._direct.send(names.scan_commands, key, codec.encode(command))
+                if command.schedule_id is not None:
+                    continue  # The schedule stage's ledger tracks it; the host has no use for it.
+                notice = CommandIssued(
+                    host_id=command.host_id,
+                    command_id=command.command_id,
+                    issued_at=command.issued_at,
+                    deadline=command.deadline,
+                )
+                await self._direct.send(names.host_signals, key, codec.encode(notice))
+
+    async def log_ownership(self, sender: Any = None, **kwargs: Any) -> None:
+        """Operators (and the fault tests) read from the log which worker holds the cap."""
+        log.info("dispatch partition %s by this worker", "owned" if self.owned() else "not owned")
+
+    def owned(self) -> bool:
+        actives = self._app.assignor.assigned_actives()
+        return any(tp.topic == self._names.dispatch_queue for tp in actives)

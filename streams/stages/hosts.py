@@ -1,0 +1,282 @@
+"""The host stage: one schedule per host, kept in the `hosts` table on the host's partition.
+
+It consumes every host-keyed topic, folds each message into the host's schedule with the pure
+policy (`streams.policy.host.decide`), and claims the host's next command from the dispatcher
+when it is due. Schedule messages go to the schedule stage; config changes to `Control`.
+The due index (wake-up times of this worker's hosts) is rebuilt from the table on recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from kairos.clock import Clock
+from kairos.settings import Settings
+from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
+from schemas.commands import ADAPTIVE_SCANNER
+from schemas.internal import CommandTimedOut, DispatchRequested, HostDue, HostsDue
+from schemas.objects import ObjectEvent
+from schemas.results import ScanCompleted
+from schemas.state import HostSchedule, HostStateChanged
+from streams import codec
+from streams.codec import Undecodable
+from streams.direct import DirectSends
+from streams.due_index import DueIndex
+from streams.guard import Guard, Origin
+from streams.metrics import WorkerMetrics
+from streams.partition_index import HostsByPartition, partition_of
+from streams.policy.host import Decision, decide, wake_at
+from streams.policy.schedule_commands import origin_of
+from streams.schedule_stage import ScheduleStage, is_schedule_message
+from streams.stages.control import Control
+from streams.stages.dispatcher import Dispatcher
+
+log = logging.getLogger(__name__)
+
+HOSTS_PER_DUE_SIGNAL = 1000
+"""Keeps a HostsDue signal far below Kafka's 1 MiB message limit at any burst size."""
+BUSY_RECHECK = timedelta(seconds=30)
+"""How often a host held back by a schedule's command of its scanner is looked at again."""
+DERIVED_RECORD_MAX_BYTES = 900_000
+"""Below the producer's 1,000,000-byte request limit, with room for the record's envelope."""
+
+
+class DerivedRecordTooLarge(ValueError):
+    """A record derived from one input would exceed Kafka's message limit; the input is parked."""
+
+
+class HostStage:
+    """Hosts of this worker's partitions; also what the schedule stage uses of the worker."""
+
+    schedule_stage: ScheduleStage
+    """Set once both stages exist: each needs the other."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        clock: Clock,
+        control: Control,
+        dispatcher: Dispatcher,
+        hosts: Any,
+        host_signals: Any,
+        dispatch_topic: Any,
+        direct: DirectSends,
+        guard: Guard,
+        metrics: WorkerMetrics,
+        counters: Counter[str],
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.names = settings.topics
+        self.hosts = hosts
+        self.host_signals = host_signals
+        self.dispatch_topic = dispatch_topic
+        self.hosts_by_partition = HostsByPartition(settings.partitions)
+        self.due_index = DueIndex()
+        self._control = control
+        self._dispatcher = dispatcher
+        self._direct = direct
+        self._guard = guard
+        self._metrics = metrics
+        self._counters = counters
+
+    async def dead_letter(
+        self,
+        topic: str,
+        partition: int | None,
+        offset: int | None,
+        key: bytes | None,
+        raw: bytes | None,
+        reason: str,
+    ) -> None:
+        await self._guard.dead_letter(topic, partition, offset, key, raw, reason)
+
+    async def agent(self, stream: Any) -> None:
+        await self._control.ready.wait()
+        async for event in stream.events():
+            message = event.message
+            origin = (message.topic, message.partition, message.offset, message.key, event.value)
+            await self._guard.handled(origin, self.handle(*origin))
+
+    async def handle(
+        self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None
+    ) -> None:
+        names = self.names
+        origin: Origin = (topic, partition, offset, key, raw)
+        if topic in (names.schedule_changes, names.host_signals) and is_schedule_message(raw):
+            await self.schedule_stage.handle(topic, partition, offset, key, raw)
+            return
+        try:
+            parsed = codec.decode(self._adapter_for(topic), raw)
+            host_id = _host_id_of(parsed)
+        except Undecodable as error:
+            await self._guard.dead_letter(*origin, str(error))
+            return
+        if isinstance(parsed, HostsDue):
+            await self._wake_hosts(parsed, topic, partition, offset)
+            return
+        here = origin_of(topic, partition, offset)
+        stage = self.schedule_stage
+        if isinstance(parsed, ScanCompleted) and await stage.scan_completed(parsed, here):
+            return
+        if isinstance(parsed, CommandTimedOut) and await stage.command_timed_out(parsed, here):
+            return
+        if isinstance(parsed, ConfigUpdated | SchedulerToggled | HostsInitializeRequested):
+            await self._control.change(parsed, origin)
+            return
+        if key is None or key.decode("utf-8", "replace") != host_id:
+            reason = f"key {key!r} must equal the host id {host_id!r} (host-keyed topic)"
+            if not isinstance(parsed, ObjectEvent) or parsed.object_type == "host":
+                await self._guard.dead_letter(*origin, reason)
+                return
+        stored = self.hosts.get(host_id)
+        schedule = HostSchedule.model_validate_json(stored) if stored else None
+        decision = decide(
+            schedule,
+            parsed,
+            now=self.clock.now(),
+            config=self._control.config,
+            scanner_busy=stage.holds_scanner(host_id, ADAPTIVE_SCANNER),
+        )
+        await self._apply(host_id, partition, schedule, decision)
+        if isinstance(parsed, ScanCompleted) and not decision.ignored:
+            self._metrics.results_applied.inc()
+        if isinstance(parsed, ObjectEvent):
+            await stage.route_object_event(parsed)
+
+    def _adapter_for(self, topic: str) -> Any:
+        names = self.names
+        return {
+            names.object_created: codec.object_event,
+            names.schedule_changes: codec.schedule_change,
+            names.scan_completed: codec.scan_completed,
+            names.host_signals: codec.host_signal,
+        }[topic]
+
+    async def _wake_hosts(self, due: HostsDue, topic: str, partition: int, offset: int) -> None:
+        """Each host as if it had its own HostDue; one host's failure parks only that host."""
+        holds_scanner = self.schedule_stage.holds_scanner
+        for host_id in due.host_ids:
+            signal = HostDue(host_id=host_id, wake_at=due.wake_at)
+            origin = (topic, partition, offset, host_id.encode(), codec.encode(signal))
+            await self._guard.handled(
+                origin, self._wake_host(host_id, partition, signal, holds_scanner)
+            )
+
+    async def _wake_host(
+        self, host_id: str, partition: int, signal: HostDue, holds_scanner: Any
+    ) -> None:
+        stored = self.hosts.get(host_id)
+        schedule = HostSchedule.model_validate_json(stored) if stored else None
+        decision = decide(
+            schedule,
+            signal,
+            now=self.clock.now(),
+            config=self._control.config,
+            scanner_busy=holds_scanner(host_id, ADAPTIVE_SCANNER),
+        )
+        await self._apply(host_id, partition, schedule, decision)
+
+    async def _apply(
+        self, host_id: str, partition: int, before: HostSchedule | None, decision: Decision
+    ) -> None:
+        if decision.ignored:
+            self._counters[f"ignored_{decision.ignored}"] += 1
+        after = decision.schedule
+        if decision.changed:
+            # Checked before any write: a send the broker refuses would crash Faust's producer.
+            encoded = after.model_dump_json(exclude_none=True).encode() if after else b""
+            if len(encoded) > DERIVED_RECORD_MAX_BYTES:
+                raise DerivedRecordTooLarge(
+                    f"host {host_id!r} state would be {len(encoded)} bytes,"
+                    f" over the {DERIVED_RECORD_MAX_BYTES}-byte limit for derived records"
+                )
+            direct = self._direct
+            if after is None:
+                await direct.put(self.hosts, host_id, None, partition)
+                self.hosts_by_partition.discard(host_id)
+            else:
+                await direct.put(self.hosts, host_id, encoded, partition)
+                self.hosts_by_partition.add(host_id)
+            if after is None or before is None or after.version != before.version:
+                change = HostStateChanged(
+                    host_id=host_id,
+                    version=after.version if after else (before.version + 1 if before else 0),
+                    schedule=after,
+                    changed_at=self.clock.now(),
+                )
+                await direct.send(self.names.host_state, host_id.encode(), codec.encode(change))
+        for message in (*decision.dispatch, *decision.releases):
+            await self._dispatcher.request(message)
+        if decision.held_busy:
+            # Woken when the schedule's command ends (`wake_host`); the recheck covers an end
+            # this worker does not see, such as one handled before a rebalance.
+            self._counters["adaptive_held_busy"] += 1
+            self._metrics.held_busy.inc()
+            self.due_index.set(host_id, self.clock.now() + BUSY_RECHECK)
+        else:
+            self.due_index.set(host_id, wake_at(after, self._control.config) if after else None)
+
+    def wake_host(self, host_id: str) -> None:
+        """Look at the host at the next tick: what held its claim back has ended."""
+        if host_id in self.due_index:
+            self.due_index.set(host_id, self.clock.now())
+
+    async def signal_due(self, now: datetime) -> None:
+        """The tick: one HostsDue signal per partition for the hosts due by `now`."""
+        due_by_partition: dict[int, list[str]] = defaultdict(list)
+        for host_id, _ in self.due_index.pop_due(now):
+            due_by_partition[partition_of(host_id, self.settings.partitions)].append(host_id)
+        for partition, host_ids in due_by_partition.items():
+            for start in range(0, len(host_ids), HOSTS_PER_DUE_SIGNAL):
+                signal = HostsDue(
+                    host_ids=tuple(host_ids[start : start + HOSTS_PER_DUE_SIGNAL]), wake_at=now
+                )
+                await self.host_signals.send(
+                    key=None, value=codec.encode(signal), partition=partition
+                )
+
+    def rebuild(self) -> Any:
+        """The table's recovery callback: the due index again from the hosts recovered."""
+
+        async def rebuild() -> None:
+            self.due_index.clear()
+            self.hosts_by_partition.rebuild(self.hosts.keys())
+            config = self._control.config
+            for host_id, stored in list(self.hosts.items()):
+                try:
+                    schedule = HostSchedule.model_validate_json(stored)
+                except Exception as error:  # Faust would swallow it and stop the rebuild.
+                    await self._guard.unreadable_state(self.hosts, host_id, stored, error)
+                    continue
+                self.due_index.set(host_id, wake_at(schedule, config))
+                if schedule.in_flight is not None and schedule.in_flight.issued_at is None:
+                    # Claimed but maybe never reached the dispatcher: ask again (it dedupes).
+                    await self._request_again(schedule)
+            log.info("due index rebuilt: %d hosts", len(self.due_index))
+
+        return rebuild()
+
+    async def _request_again(self, schedule: HostSchedule) -> None:
+        assert schedule.in_flight is not None
+        in_flight = schedule.in_flight
+        request = DispatchRequested(
+            command_id=in_flight.command_id,
+            host_id=schedule.host_id,
+            priority=in_flight.priority,
+            due_at=in_flight.due_at,
+            reason=in_flight.reason,
+            state=schedule.state,
+            attempt=in_flight.attempt,
+        )
+        await self._dispatcher.request(request)
+
+
+def _host_id_of(parsed: Any) -> str:
+    if isinstance(parsed, ObjectEvent):
+        return parsed.object_id
+    return str(getattr(parsed, "host_id", ""))
