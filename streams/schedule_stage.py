@@ -41,6 +41,7 @@ from schemas.topics import TopicNames
 from streams import codec, topology
 from streams.codec import Undecodable
 from streams.due_index import DueIndex
+from streams.guard import Guard
 from streams.partition_index import HostsByPartition, partition_of
 from streams.policy.schedule_commands import (
     CommandEntry,
@@ -70,8 +71,8 @@ from streams.policy.targets import dispatch_requests, select_targets
 
 
 class StageHost(Protocol):
-    """What the schedule stage uses of the worker it runs in: shared tables, topics and the
-    dead-letter guard (the worker implements it; the stage never imports the worker)."""
+    """What the schedule stage uses of the host stage it runs beside: shared tables, topics and
+    the dead-letter guard (`streams.stages.hosts.HostStage` is one; the stage never imports it)."""
 
     settings: Settings
     clock: Clock
@@ -80,16 +81,7 @@ class StageHost(Protocol):
     hosts_by_partition: HostsByPartition
     host_signals: Any
     dispatch_topic: Any
-
-    async def dead_letter(
-        self,
-        topic: str,
-        partition: int | None,
-        offset: int | None,
-        key: bytes | None,
-        raw: bytes | None,
-        reason: str,
-    ) -> None: ...
+    guard: Guard
 
     def wake_host(self, host_id: str) -> None: ...
 
@@ -239,7 +231,7 @@ class ScheduleStage:
         try:
             parsed = codec.decode(adapter, raw)
         except Undecodable as error:
-            await worker.dead_letter(topic, partition, offset, key, raw, str(error))
+            await worker.guard.dead_letter(topic, partition, offset, key, raw, str(error))
             return
         now = worker.clock.now()
         if isinstance(parsed, ScheduleFanOut):
@@ -248,7 +240,7 @@ class ScheduleStage:
         schedule_id: str = parsed.schedule_id
         if key is None or key.decode("utf-8", "replace") != schedule_id:
             reason = f"key {key!r} must equal the schedule id {schedule_id!r}"
-            await worker.dead_letter(topic, partition, offset, key, raw, reason)
+            await worker.guard.dead_letter(topic, partition, offset, key, raw, reason)
             return
         await self._handle_keyed(schedule_id, parsed, now, (topic, partition, offset, key, raw))
         # Whatever happened, the due index follows the stored state (a tick popped it).
@@ -279,7 +271,7 @@ class ScheduleStage:
             case _:
                 decision = decide_schedule(state, parsed, now=now)
         if decision.rejection is not None:
-            await self.worker.dead_letter(*origin, decision.rejection)
+            await self.worker.guard.dead_letter(*origin, decision.rejection)
             return
         await self._settle(schedule_id, state, decision, now)
 

@@ -80,27 +80,16 @@ class HostStage:
         self._control = control
         self._dispatcher = dispatcher
         self._direct = direct
-        self._guard = guard
+        self.guard = guard
         self._metrics = metrics
         self._counters = counters
-
-    async def dead_letter(
-        self,
-        topic: str,
-        partition: int | None,
-        offset: int | None,
-        key: bytes | None,
-        raw: bytes | None,
-        reason: str,
-    ) -> None:
-        await self._guard.dead_letter(topic, partition, offset, key, raw, reason)
 
     async def agent(self, stream: Any) -> None:
         await self._control.ready.wait()
         async for event in stream.events():
             message = event.message
             origin = (message.topic, message.partition, message.offset, message.key, event.value)
-            await self._guard.handled(origin, self.handle(*origin))
+            await self.guard.handled(origin, self.handle(*origin))
 
     async def handle(
         self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None
@@ -114,7 +103,7 @@ class HostStage:
             parsed = codec.decode(self._adapter_for(topic), raw)
             host_id = _host_id_of(parsed)
         except Undecodable as error:
-            await self._guard.dead_letter(*origin, str(error))
+            await self.guard.dead_letter(*origin, str(error))
             return
         if isinstance(parsed, HostsDue):
             await self._wake_hosts(parsed, topic, partition, offset)
@@ -131,7 +120,7 @@ class HostStage:
         if key is None or key.decode("utf-8", "replace") != host_id:
             reason = f"key {key!r} must equal the host id {host_id!r} (host-keyed topic)"
             if not isinstance(parsed, ObjectEvent) or parsed.object_type == "host":
-                await self._guard.dead_letter(*origin, reason)
+                await self.guard.dead_letter(*origin, reason)
                 return
         stored = self.hosts.get(host_id)
         schedule = HostSchedule.model_validate_json(stored) if stored else None
@@ -163,7 +152,7 @@ class HostStage:
         for host_id in due.host_ids:
             signal = HostDue(host_id=host_id, wake_at=due.wake_at)
             origin = (topic, partition, offset, host_id.encode(), codec.encode(signal))
-            await self._guard.handled(
+            await self.guard.handled(
                 origin, self._wake_host(host_id, partition, signal, holds_scanner)
             )
 
@@ -251,7 +240,7 @@ class HostStage:
                 try:
                     schedule = HostSchedule.model_validate_json(stored)
                 except Exception as error:  # Faust would swallow it and stop the rebuild.
-                    await self._guard.unreadable_state(self.hosts, host_id, stored, error)
+                    await self.guard.unreadable_state(self.hosts, host_id, stored, error)
                     continue
                 self.due_index.set(host_id, wake_at(schedule, config))
                 if schedule.in_flight is not None and schedule.in_flight.issued_at is None:
