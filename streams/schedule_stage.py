@@ -199,7 +199,7 @@ def skip_reason(skipped_hosts: dict[str, int]) -> str:
 
 
 class ScheduleStage:
-    """Tables and in-memory indexes of the schedule stage, wired into the worker that hosts it."""
+    """Tables and in-memory indexes of the schedule stage, beside the host stage in one worker."""
 
     def __init__(self, worker: StageHost, app: Any) -> None:
         self.worker = worker
