@@ -28,9 +28,9 @@ from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from api.errors import GatewayBusy, KafkaUnavailable, LeaseConflict, LeaseNotFound
-from kairos.clock import Clock
-from kairos.consuming import OffsetTracker, RecentIds
-from kairos.settings import Settings
+from kairos.floor.clock import Clock
+from kairos.floor.consuming import OffsetTracker, RecentIds
+from kairos.floor.settings import Settings
 from schemas.agent import CommandLeasePublic, ScanResultBody
 from schemas.commands import ScanCommand
 

@@ -23,9 +23,9 @@ from api import queries, tokens
 from api.errors import Forbidden, InvalidInput, Unauthenticated
 from api.probes import SharedProbe
 from api.publisher import Publisher
-from kairos.clock import Clock
-from kairos.db import DatabaseUnavailable, redact
-from kairos.settings import Settings
+from kairos.floor.clock import Clock
+from kairos.floor.db import DatabaseUnavailable, redact
+from kairos.floor.settings import Settings
 from schemas.api import Role
 
 FORECAST_PROBE_SECONDS = 60.0

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
-from kairos.db import DatabaseUnavailable
+from kairos.floor.db import DatabaseUnavailable
 from schemas.api import ErrorPublic, FieldErrorPublic
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from api.publisher import Publisher
 from api.queries import QUERY_TIMEOUT_SECONDS
 from api.routes import agents, health, hosts, jobs, operations, scheduler
 from api.tokens import TokenVerifier
-from kairos.clock import Clock, clock_for_speed
-from kairos.settings import Settings, topic_durability_problem
+from kairos.floor.clock import Clock, clock_for_speed
+from kairos.floor.settings import Settings, topic_durability_problem
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from kairos.prometheus import number, render_labels
+from kairos.floor.prometheus import number, render_labels
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -22,6 +22,7 @@ UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 OTHER_METHOD = "OTHER"
 """Method label of every method not in METHODS (`FOO`, `PROPFIND`, ...), for the same reason."""
+
 
 class RequestMetrics:
     """Counters and a latency histogram keyed by (method, route template, status)."""

@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from api.errors import KafkaUnavailable
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.api import Accepted
 from schemas.changes import HostChange, ScheduleChange
 from schemas.objects import ObjectEvent

@@ -19,9 +19,9 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from api.pagination import CursorKey
-from kairos.db import DatabaseUnavailable
-from kairos.forecast import HostLoad, ScheduledLoad
-from kairos.recurrence import next_occurrences
+from kairos.floor.db import DatabaseUnavailable
+from kairos.floor.forecast import HostLoad, ScheduledLoad
+from kairos.floor.recurrence import next_occurrences
 from schemas.alerts import AlertState, AlertType
 from schemas.api import (
     AlertPublic,
@@ -670,7 +670,7 @@ FORECAST_DURATIONS_MEASURED = 1000
 async def forecast_inputs(
     conn: psycopg.AsyncConnection, *, now: datetime, hours: int
 ) -> dict[str, Any]:
-    """What `kairos.forecast.forecast` needs, read from the read model.
+    """What `kairos.floor.forecast.forecast` needs, read from the read model.
 
     Hosts: every scannable host (a host with a command in flight counts as due at its
     scheduled time: a little pessimistic). Schedules: each enabled, unpaused schedule's

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from api.deps import Caller, RuntimeDep
 from api.errors import WRITE_ERRORS
-from kairos.clock import Clock
-from kairos.db import DatabaseUnavailable
+from kairos.floor.clock import Clock
+from kairos.floor.db import DatabaseUnavailable
 from schemas.api import Accepted
 
 POLL_SECONDS = 0.05

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.kafka_io import CommandCollector, start_producer
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.results import ScanCompleted
 
 Command = dict[str, Any]

@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 LINGER_MS = 20
 MAX_BATCH_BYTES = 512 * 1024

@@ -11,7 +11,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from bench.kafka_io import send_all
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.changes import ConfigUpdated
 from schemas.config import ConfigChanges
 from schemas.objects import ObjectEvent

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 log = logging.getLogger(__name__)
 

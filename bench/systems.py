@@ -19,7 +19,7 @@ from bench.kafka_io import Offsets, create_topics, start_producer
 from bench.load import update_config
 from bench.stack import BenchStack, ChildProcess, wait_ready
 from kairos.cli import PROJECTOR_STARTED_LINE
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 HOST_KEYED_TABLES = ("hosts", "schedules", "schedule-fanouts", "schedule-commands")
 """The worker's Faust tables partitioned like the host topics (the dispatcher's has one)."""

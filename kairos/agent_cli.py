@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 if TYPE_CHECKING:
     from kairos.agent.simulate import FleetSpec

@@ -16,7 +16,7 @@ import typer
 
 from kairos import eventscli, opscli
 from kairos.agent_cli import agent_app
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 if TYPE_CHECKING:
     from aiokafka.admin import AIOKafkaAdminClient
@@ -72,7 +72,7 @@ def prepare_dependencies(settings: Settings, *, topics: bool) -> bool:
     Also records which Kafka cluster the read model projects; True if the read model had
     been built from another one and was cleared to be rebuilt.
     """
-    from kairos.db import DatabaseUnavailable, bind_event_store, migrate
+    from kairos.floor.db import DatabaseUnavailable, bind_event_store, migrate
     from streams.admin import KafkaUnavailable, TopicLayoutMismatch, admin_client, ensure_topics
 
     async def prepare() -> bool:
@@ -183,7 +183,7 @@ def projector_command(
 
 
 def run_projector(settings: Settings) -> None:
-    from kairos.clock import clock_for_speed
+    from kairos.floor.clock import clock_for_speed
     from streams.projection.runner import Projector
 
     # The clock a worker builds, so projection_progress lag is measured in scheduler time.
@@ -209,7 +209,7 @@ async def _project_until_signalled(projector: Projector, settings: Settings) -> 
     stopping = asyncio.create_task(stop_requested.wait(), name="stop-requested")
     metrics_runner = None
     if settings.metrics_port:
-        from kairos.prometheus import Registry
+        from kairos.floor.prometheus import Registry
         from streams.metrics import serve
 
         registry = Registry()
@@ -406,7 +406,7 @@ def _previous_dev_token(home: Path) -> str | None:
 
 
 def _redacted(dsn: str) -> str:
-    from kairos.db import redact
+    from kairos.floor.db import redact
 
     return redact(dsn)
 
@@ -414,7 +414,7 @@ def _redacted(dsn: str) -> str:
 @db_app.command("migrate")
 def db_migrate() -> None:
     """Apply pending read-model migrations (idempotent)."""
-    from kairos.db import DatabaseUnavailable, migrate
+    from kairos.floor.db import DatabaseUnavailable, migrate
 
     settings = _settings()
     try:
@@ -437,7 +437,7 @@ def token_create(
 ) -> None:
     """Create an API token; the last line printed is the token alone."""
     from api.tokens import issue_token, parse_ttl
-    from kairos.db import DatabaseUnavailable, connect, migrate
+    from kairos.floor.db import DatabaseUnavailable, connect, migrate
     from schemas.api import Role
 
     try:
@@ -481,7 +481,7 @@ def token_revoke(
     """Revoke tokens by name or by value; a running API refuses them within
     KAIROS_API_TOKEN_CACHE_SECONDS (30 s by default)."""
     from api.tokens import revoke_token
-    from kairos.db import DatabaseUnavailable, connect
+    from kairos.floor.db import DatabaseUnavailable, connect
 
     if (name is None) == (token is None):
         raise _fail("give exactly one of --name or --token")

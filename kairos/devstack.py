@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 
 from kairos.devenv import stable_port
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 DEV_DATABASE = "kairos"
 
@@ -198,7 +198,7 @@ def dev_admin_token(settings: Settings, previous: str | None = None) -> str:
     """The development SUPER_ADMIN token: `previous` while it is still valid, else a new one,
     so shells that exported it keep working across restarts."""
     from api.tokens import caller_of, create_token
-    from kairos.db import connect, migrate
+    from kairos.floor.db import connect, migrate
     from schemas.api import Role
 
     async def create() -> str:

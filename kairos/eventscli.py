@@ -19,7 +19,7 @@ import typer
 from pydantic import TypeAdapter, ValidationError
 
 from kairos.client import EXIT_INVALID, EXIT_UNAVAILABLE
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas import topics
 from schemas.changes import ScheduleChange
 from schemas.commands import ScanCommand

@@ -2,8 +2,8 @@
 
 A schedule runs one scanner over a target set on a recurrence (cron, interval, RRULE) and/or
 when an object changes. Everything here is plain data validated by pydantic and the standard
-library only: the shape of cron and RRULE text is checked here, their full meaning (kairos.cron,
-dateutil) in `kairos.recurrence.schedule_problem`.
+library only: the shape of cron and RRULE text is checked here, their full meaning
+(kairos.floor.cron, dateutil) in `kairos.floor.recurrence.schedule_problem`.
 
 Events travel on `schedule-changes` with key = schedule id.
 """

@@ -8,7 +8,7 @@ import logging
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from kairos.settings import Settings, topic_durability_problem
+from kairos.floor.settings import Settings, topic_durability_problem
 from streams.topology import TopicSpec, topic_specs
 
 log = logging.getLogger(__name__)

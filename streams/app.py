@@ -17,8 +17,8 @@ from typing import Any
 
 import faust
 
-from kairos.clock import Clock, clock_for_speed
-from kairos.settings import KafkaSecurityProtocol, Settings
+from kairos.floor.clock import Clock, clock_for_speed
+from kairos.floor.settings import KafkaSecurityProtocol, Settings
 from streams import topology
 from streams.direct import DirectSends
 from streams.faults import delay_offset_fetches

@@ -15,7 +15,7 @@ from typing import Any
 from aiokafka.errors import KafkaError
 from faust.exceptions import FaustError
 
-from kairos.clock import Clock
+from kairos.floor.clock import Clock
 from streams import codec
 from streams.metrics import WorkerMetrics
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kairos.prometheus import (
+from kairos.floor.prometheus import (
     CONTENT_TYPE,
     LATENESS_BUCKETS,
     Counter,

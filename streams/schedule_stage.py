@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import Field, TypeAdapter
 
-from kairos.clock import Clock
-from kairos.settings import Settings
+from kairos.floor.clock import Clock
+from kairos.floor.settings import Settings
 from schemas.base import Contract, Timestamp
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.internal import CommandTimedOut, ReleaseOutcome, SlotReleased

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from tests.support.stack import (
     ProjectorProcess,
     WorkerProcess,

@@ -11,9 +11,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from api import queries
 from api.deps import Runtime, RuntimeDep, reject_unknown_query
 from api.metrics import RequestMetrics, gauge
-from kairos.db import DatabaseUnavailable, redact
-from kairos.forecast import forecast
-from kairos.prometheus import CONTENT_TYPE
+from kairos.floor.db import DatabaseUnavailable, redact
+from kairos.floor.forecast import forecast
+from kairos.floor.prometheus import CONTENT_TYPE
 from schemas.api import HealthPublic, ReadinessPublic
 
 FORECAST_HOURS = 48

@@ -9,8 +9,8 @@ version; PATCH and DELETE with `If-Match` answer 412 when the schedule has chang
 System schedules (`is_system`) are created, changed, paused, resumed, enabled, disabled and
 deleted by SUPER_ADMIN only.
 
-Recurrences are checked for meaning here with `kairos.recurrence.schedule_problem`
-(kairos.cron and dateutil; `schemas` may only use pydantic and the standard library, so the
+Recurrences are checked for meaning here with `kairos.floor.recurrence.schedule_problem`
+(kairos.floor.cron and dateutil; `schemas` may only use pydantic and the standard library, so the
 check cannot live there). That module is calendar arithmetic shared by the API and the
 worker, outside both rooms, so they refuse the same schedules with the same words.
 """
@@ -36,7 +36,7 @@ from api import queries
 from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, Forbidden, InvalidInput, error_response
 from api.writes import accepted, stamp, write_answers
-from kairos.recurrence import next_occurrences, schedule_problem
+from kairos.floor.recurrence import next_occurrences, schedule_problem
 from schemas.api import ErrorPublic, FieldErrorPublic, Role
 from schemas.schedules import (
     OverlapPolicy,

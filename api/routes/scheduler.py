@@ -14,7 +14,7 @@ from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, 
 from api.errors import READ_ERRORS, InvalidInput
 from api.routes import PREFIX
 from api.writes import EVENT_ID_HEADER, WaitDep, answer, stamp, write_answers
-from kairos.forecast import forecast
+from kairos.floor.forecast import forecast
 from schemas.api import (
     Accepted,
     ConfigUpdate,

@@ -40,7 +40,7 @@ from bench.metrics import distribution
 from bench.report import Figure, fmt, plot_latency
 from bench.scenarios.common import Context, new_result
 from bench.stack import ChildProcess, cpu_seconds, kairos_executable, worker_env
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 KEY, NUMBER, TITLE = "api", 6, "API latency"
 PREFIX = "/api/compliance/scheduler"
@@ -303,7 +303,7 @@ def _cpu(
 
 
 async def run(ctx: Context, systems: set[str] | None = None) -> Any:
-    from kairos.db import migrate
+    from kairos.floor.db import migrate
     from streams.admin import ensure_topics
 
     n = ctx.size(quick=200_000, full=1_000_000)

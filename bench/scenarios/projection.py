@@ -2,7 +2,8 @@
 
 Only the projector runs (`streams.projection.runner.Projector`, in its own process, started
 as `python -m bench.scenarios.projection projector` with the worker's environment), against
-the Kairos topics (`streams.admin.ensure_topics`) and a migrated database (`kairos.db.migrate`).
+the Kairos topics (`streams.admin.ensure_topics`) and a migrated database
+(`kairos.floor.db.migrate`).
 The bench publishes `HostStateChanged` records itself — full `HostSchedule` payloads with
 attributes, labels, mixed states and in-flight commands, N distinct hosts, versions 1, 2, 3 …
 per host, published in rounds (every host once per round) with a batched aiokafka producer.
@@ -41,7 +42,7 @@ from bench.report import Figure, plot_latency, plot_series
 from bench.scenarios.common import Context, new_result
 from bench.scenarios.throughput import crossing
 from bench.stack import BenchStack, ChildProcess, wait_ready, worker_env
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.state import HostSchedule, HostStateChanged
 
 KEY, NUMBER, TITLE = "projection", 5, "Projection"
@@ -123,7 +124,7 @@ class Payloads:
 
 def _child_main() -> None:
     """`python -m bench.scenarios.projection projector`: run one Projector until killed."""
-    from kairos.clock import clock_for_speed
+    from kairos.floor.clock import clock_for_speed
     from streams.projection.runner import Projector
 
     settings = Settings()
@@ -319,7 +320,7 @@ async def steady(ctx: Context, settings: Settings, payloads: Payloads, first_ver
 
 
 async def run(ctx: Context, systems: set[str] | None = None) -> Any:
-    from kairos.db import migrate
+    from kairos.floor.db import migrate
     from streams.admin import ensure_topics
 
     n = ctx.size(quick=30_000, full=200_000)

@@ -1,7 +1,7 @@
 """10. Recurrence micro-benchmark: `next_occurrences` and validation on the worst shapes.
 
 Pure calendar arithmetic, no broker, no database: `python -m bench recurrence` times
-`kairos.recurrence.next_occurrences(schedule, after, count=5)` for the blackout shapes that
+`kairos.floor.recurrence.next_occurrences(schedule, after, count=5)` for the blackout shapes that
 used to stall the worker (issue 14's table), the worker's own policy on them (create the
 schedule, then one due search when it wakes), plus `schedule_problem` on slow RRULEs, from
 several starting instants (before, inside and at the edge of a blackout), and prints
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kairos.recurrence import next_occurrences, schedule_problem
+from kairos.floor.recurrence import next_occurrences, schedule_problem
 from schemas.schedules import Schedule, ScheduleState, ScheduleUpserted
 from streams.policy.schedules import decide_schedule, due_runs
 

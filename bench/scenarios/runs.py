@@ -21,7 +21,7 @@ from bench.metrics import ProcessSampler
 from bench.scenarios.common import CAP, Context, due_stamp, prime
 from bench.stack import ChildProcess, WorkerFailed, wait_ready
 from bench.systems import System
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 Plan = Callable[[float, list[str]], dict[str, float]]
 IDLE_SECONDS = 15.0

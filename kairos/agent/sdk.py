@@ -18,9 +18,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from kairos.clock import Clock, clock_for_speed
-from kairos.consuming import OffsetTracker, RecentIds
-from kairos.settings import Settings
+from kairos.floor.clock import Clock, clock_for_speed
+from kairos.floor.consuming import OffsetTracker, RecentIds
+from kairos.floor.settings import Settings
 from schemas.agent import ScanReport, scan_completed
 from schemas.commands import ADAPTIVE_SCANNER, ScanCommand
 from schemas.results import ScanStatus

@@ -12,8 +12,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 from kairos.agent.sdk import Agent, Handler
-from kairos.clock import Clock
-from kairos.settings import Settings
+from kairos.floor.clock import Clock
+from kairos.floor.settings import Settings
 from schemas.agent import ScanReport
 from schemas.commands import ADAPTIVE_SCANNER, ScanCommand
 from schemas.results import ScanStatus

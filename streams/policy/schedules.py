@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kairos.recurrence import (
+from kairos.floor.recurrence import (
     candidates,
     max_fire_delay,
     occurrences_between,

@@ -17,10 +17,10 @@ import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from kairos.clock import Clock
-from kairos.db import DatabaseUnavailable, connect, redact
-from kairos.prometheus import CounterReading, Registry
-from kairos.settings import Settings
+from kairos.floor.clock import Clock
+from kairos.floor.db import DatabaseUnavailable, connect, redact
+from kairos.floor.prometheus import CounterReading, Registry
+from kairos.floor.settings import Settings
 from schemas.base import Contract
 from schemas.internal import CommandTimedOut, ConfigPublished
 from streams import codec

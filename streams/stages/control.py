@@ -14,7 +14,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 from schemas.commands import Rejection
 from schemas.config import SchedulerConfig

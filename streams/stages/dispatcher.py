@@ -15,8 +15,8 @@ from collections import Counter, deque
 from datetime import datetime, timedelta
 from typing import Any
 
-from kairos.clock import Clock
-from kairos.settings import Settings
+from kairos.floor.clock import Clock
+from kairos.floor.settings import Settings
 from schemas.commands import ScanCommand
 from schemas.internal import (
     CommandIssued,

@@ -13,8 +13,8 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from kairos.clock import Clock
-from kairos.settings import Settings
+from kairos.floor.clock import Clock
+from kairos.floor.settings import Settings
 from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.internal import CommandTimedOut, DispatchRequested, HostDue, HostsDue

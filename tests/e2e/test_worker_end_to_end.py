@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from tests.support.factories import host_created
 from tests.support.kafka import Collector, publish, start_producer
 

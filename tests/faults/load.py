@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.topics import CONFIG_KEY
 from tests.faults.conftest import FaultFigures
 from tests.support.agents import ScannerFleet

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.topics import CONFIG_KEY
 from tests.faults.conftest import FaultFigures
 from tests.support.agents import ScannerFleet, always

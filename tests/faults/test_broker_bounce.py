@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from kairos.floor.settings import Settings
 from kairos.localstack.apache import ApacheKafkaCluster
-from kairos.settings import Settings
 from tests.faults.conftest import FaultFigures
 from tests.faults.load import TEN_MINUTES_PER_SECOND, Onboarding, configure, record
 from tests.support.agents import ScannerFleet, always

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from tests.faults.conftest import FaultFigures
 from tests.faults.load import TEN_MINUTES_PER_SECOND, Onboarding, configure, record
 from tests.support.agents import ScannerFleet, always

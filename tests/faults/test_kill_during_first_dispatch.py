@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.topics import CONFIG_KEY
 from tests.faults.conftest import FaultFigures
 from tests.support.agents import ScannerFleet

@@ -13,7 +13,7 @@ from datetime import datetime
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.internal import DispatchRequested
 from tests.faults.conftest import FaultFigures
 from tests.support.agents import ScannerFleet

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.agent import result_event_id
 from schemas.api import Role
 from schemas.base import CommandReason, ComplianceState

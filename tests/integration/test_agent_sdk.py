@@ -26,8 +26,8 @@ from kairos.agent import (
     ScanStatus,
     simulated_fleet,
 )
-from kairos.clock import FrozenClock
-from kairos.settings import Settings
+from kairos.floor.clock import FrozenClock
+from kairos.floor.settings import Settings
 from schemas.agent import result_event_id
 from schemas.base import CommandReason, ComplianceState
 from schemas.topics import CONFIG_KEY

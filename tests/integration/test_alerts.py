@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from kairos.db import connect, migrate
+from kairos.floor.db import connect, migrate
 from schemas.api import Role
 from schemas.base import ComplianceState
 from schemas.state import HostSchedule, HostStateChanged

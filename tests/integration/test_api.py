@@ -25,9 +25,9 @@ from psycopg.types.json import Jsonb
 
 from api.main import create_app
 from api.tokens import create_token, revoke_token
-from kairos.clock import Clock, FrozenClock
-from kairos.db import connect, migrate
-from kairos.settings import Settings
+from kairos.floor.clock import Clock, FrozenClock
+from kairos.floor.db import connect, migrate
+from kairos.floor.settings import Settings
 from schemas.api import Role
 from schemas.base import ComplianceState
 from schemas.config import SchedulerConfig

@@ -24,10 +24,10 @@ from fastapi import FastAPI
 from api.deps import Runtime
 from api.main import create_app
 from api.tokens import TOKEN_PREFIX, issue_token, sign
-from kairos.clock import FrozenClock
-from kairos.db import connect
+from kairos.floor.clock import FrozenClock
+from kairos.floor.db import connect
+from kairos.floor.settings import Settings
 from kairos.localstack.ports import free_port
-from kairos.settings import Settings
 from schemas.api import Role
 from tests.integration.test_api import T0, P, api_settings, bearer, prepare, secret_of, seed
 

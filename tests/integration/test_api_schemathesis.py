@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from api.main import create_app
-from kairos.clock import FrozenClock
-from kairos.db import connect
-from kairos.settings import Settings
+from kairos.floor.clock import FrozenClock
+from kairos.floor.db import connect
+from kairos.floor.settings import Settings
 from schemas.api import Role
 from tests.integration.test_api import (
     ENDPOINTS,

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from api.tokens import TOKEN_PREFIX, sign
-from kairos.db import connect
+from kairos.floor.db import connect
 from schemas.api import Role
 from tests.integration.test_api import (
     T0,

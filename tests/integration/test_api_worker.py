@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.api import Role
 from schemas.topics import CONFIG_KEY
 from tests.integration.test_api import P, bearer, closed_port, prepare, running_api

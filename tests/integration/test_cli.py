@@ -9,8 +9,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from kairos.floor.settings import Settings
 from kairos.localstack.ports import free_port
-from kairos.settings import Settings
 from tests.support.stack import kairos_executable, settings_env
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from kairos.db import bind_event_store, migrate
+from kairos.floor.db import bind_event_store, migrate
 from kairos.localstack.ports import free_port
 from tests.support.stack import chosen_broker, kairos_executable, unique_name
 

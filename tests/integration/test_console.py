@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 
 from api.main import create_app
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.api import Role
 from tests.integration.test_api import P, bearer, closed_port, prepare
 from tests.integration.test_api_worker import eventually

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from psycopg.types.json import Jsonb
 
-from kairos.clock import FrozenClock
-from kairos.db import connect
+from kairos.floor.clock import FrozenClock
+from kairos.floor.db import connect
 from schemas.api import Role
 from tests.integration.test_api import (
     T0,

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.state import HostStateChanged
 from tests.support.agents import ScannerFleet
 from tests.support.factories import (

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kairos.db import connect, migrate
+from kairos.floor.db import connect, migrate
 from schemas.base import CommandReason, ComplianceState
 from schemas.commands import ScanCommand
 from streams.projection.writer import apply

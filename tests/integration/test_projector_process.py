@@ -8,7 +8,7 @@ import signal
 import psycopg
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from tests.support.factories import host_created
 from tests.support.kafka import Collector, start_producer, wait_until
 

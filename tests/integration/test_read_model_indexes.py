@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from api.queries import DUE_SOON_COUNT, OVERDUE_COUNT
-from kairos.db import migrate
-from kairos.settings import Settings
+from kairos.floor.db import migrate
+from kairos.floor.settings import Settings
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
 NEXT_HOUR = {"now": NOW, "until": NOW + timedelta(hours=1)}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from streams.admin import ensure_topics
 from streams.recovery import _rewind
 from tests.support.kafka import start_producer

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.topics import CONFIG_KEY
 from tests.support.agents import ScannerFleet, always
 from tests.support.factories import config_updated, host_created

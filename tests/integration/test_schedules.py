@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.topics import CONFIG_KEY
 from tests.support.agents import ScannerFleet
 from tests.support.factories import config_updated, host_created

@@ -19,8 +19,8 @@ import pytest
 
 from api.routes.jobs import SCHEDULE_EXAMPLES, UPDATE_EXAMPLES
 from kairos.devstack import wait_http_ok
+from kairos.floor.settings import Settings
 from kairos.localstack.ports import free_port
-from kairos.settings import Settings
 from schemas.api import Role
 from schemas.schedules import Schedule
 from tests.integration.test_api import api_settings, bearer, prepare, running_api

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kairos.clock import ScaledClock
-from kairos.settings import Settings
+from kairos.floor.clock import ScaledClock
+from kairos.floor.settings import Settings
 from schemas.base import HostStatus
 from schemas.internal import ReleaseOutcome
 from streams import codec

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from kairos.clock import ScaledClock
-from kairos.settings import Settings
+from kairos.floor.clock import ScaledClock
+from kairos.floor.settings import Settings
 from schemas.schedules import ScheduleDisabled, ScheduleStatus, ScheduleTriggered
 from streams.policy.schedules import MISFIRE_TOLERANCE, schedule_status
 from streams.policy.targets import occurrence_command_id

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
+from kairos.floor.settings import Settings
 from kairos.localstack.ports import free_port
-from kairos.settings import Settings
 from schemas.topics import CONFIG_KEY
 from tests.support.agents import ScannerFleet, always
 from tests.support.factories import config_updated, host_created

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
 from tests.support.kafka import publish, start_producer, wait_until

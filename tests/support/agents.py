@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 from schemas.results import ScanCompleted, ScanStatus
 from tests.support.kafka import start_producer
 

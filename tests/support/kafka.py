@@ -11,7 +11,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import BaseModel
 
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 
 async def start_producer(settings: Settings, **options: Any) -> AIOKafkaProducer:

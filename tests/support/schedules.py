@@ -13,8 +13,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from kairos.clock import ScaledClock
-from kairos.settings import Settings
+from kairos.floor.clock import ScaledClock
+from kairos.floor.settings import Settings
 from schemas.objects import ObjectEvent
 from schemas.schedules import ScheduleRunRecorded, ScheduleState, ScheduleStateChanged
 from schemas.topics import CONFIG_KEY

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kairos.cli import PROJECTOR_STARTED_LINE
-from kairos.settings import Settings
+from kairos.floor.settings import Settings
 
 WORKER_READY_LINE = "Worker ready"
 

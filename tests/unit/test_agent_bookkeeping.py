@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kairos.agent.simulate import ScannerProfile, simulated_scanner
-from kairos.consuming import OffsetTracker, RecentIds
+from kairos.floor.consuming import OffsetTracker, RecentIds
 from schemas.agent import ScanReport, ScanResultBody, result_event_id, scan_completed
 from schemas.base import CommandReason, ComplianceState
 from schemas.commands import ScanCommand

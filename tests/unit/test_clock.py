@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kairos.clock import ScaledClock, SystemClock, clock_for_speed
+from kairos.floor.clock import ScaledClock, SystemClock, clock_for_speed
 
 
 def test_scaled_clock_shows_its_start_at_the_origin_and_runs_speed_times_faster() -> None:

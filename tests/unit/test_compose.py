@@ -23,7 +23,7 @@ from pydantic import AliasChoices, SecretStr
 from typer.testing import CliRunner
 
 from kairos.cli import app as cli_app
-from kairos.settings import Environment, Settings
+from kairos.floor.settings import Environment, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim, CronSimError
 
-from kairos.recurrence import cron_problem, next_occurrences
+from kairos.floor.recurrence import cron_problem, next_occurrences
 from tests.unit.test_schedules_factories import cron, schedule
 
 ONE_VALUE_STEP = re.compile(r"\b(\d+)-\1/\d+\b")

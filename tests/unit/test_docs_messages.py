@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter
 
-from kairos.recurrence import schedule_problem
+from kairos.floor.recurrence import schedule_problem
 from schemas.export import PUBLIC_TOPICS
 from schemas.schedules import ScheduleUpserted
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kairos.forecast import HostLoad, ScheduledLoad, forecast, percentile
+from kairos.floor.forecast import HostLoad, ScheduledLoad, forecast, percentile
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 MIN = timedelta(minutes=1)

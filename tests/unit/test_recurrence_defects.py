@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kairos.recurrence as recurrence
-from kairos.recurrence import (
+import kairos.floor.recurrence as recurrence
+from kairos.floor.recurrence import (
     candidates,
     cron_problem,
     next_occurrences,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kairos.recurrence import (
+from kairos.floor.recurrence import (
     cron_problem,
     exclusion_window_end,
     jitter_offset,

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kairos.cli import app as cli_app
-from kairos.settings import Environment, Settings, topic_durability_problem
+from kairos.floor.settings import Environment, Settings, topic_durability_problem
 
 PROD = {"env": Environment.PROD, "token_secret": "a-real-secret"}
 

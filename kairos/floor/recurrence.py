@@ -5,7 +5,7 @@ Calendar arithmetic only, no scheduling decisions: the worker's policy
 (`streams.policy.schedules`) and the API's validation and "next fire times" both use it,
 which is why it lives beside the clock and not inside either room.
 
-How it works: cron (`kairos.cron`, the dialect of docs/cron.md) and RRULE (dateutil) are
+How it works: cron (`kairos.floor.cron`, the dialect of docs/cron.md) and RRULE (dateutil) are
 evaluated on naive *wall-clock* times of the schedule's timezone, and each wall time is
 mapped to UTC instants here, where the DST policy decides what a skipped or repeated wall
 time becomes.
@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 
 from dateutil.rrule import rrule, rrulestr  # type: ignore[import-untyped]
 
-from kairos.cron import CronError, CronSpec, parse_cron
+from kairos.floor.cron import CronError, CronSpec, parse_cron
 from schemas.schedules import (
     CronRecurrence,
     DstPolicy,

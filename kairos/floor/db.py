@@ -10,7 +10,7 @@ import psycopg.sql
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_PACKAGE = "kairos.migrations"
+MIGRATIONS_PACKAGE = "kairos.floor.migrations"
 
 
 class DatabaseUnavailable(ConnectionError):
