@@ -6,7 +6,6 @@ Entry points, all pure (`now` is passed in, nothing raises for a business reason
 - `due_runs(state, now=...)`: the worker's wake-up at `wake_at(state)`.
 - `run_dispatched(state, run, command_ids, now=...)`: the worker selected targets for a run.
 - `run_finished(state, command_id, outcome=..., now=...)`: one command of a run ended.
-- `record_run_outcome(state, occurrence=..., attempt=..., outcome=..., now=...)`: a whole run.
 
 Each returns a `ScheduleDecision`: the new state, runs to start, and why nothing happened.
 """
@@ -62,7 +61,6 @@ DUE_CANDIDATE_BUDGET = 5_000
 """Most occurrences one call examines; after a long outage the rest come in later calls."""
 RETRY_BACKOFF_CAP = timedelta(minutes=60)
 RECENT_EVENT_IDS_KEPT = 16
-RECENT_RUN_KEYS_KEPT = 32
 SYSTEM_ACTOR = "kairos"
 
 ScheduleInput = ScheduleEventType | ObjectEvent
@@ -295,46 +293,6 @@ def run_finished(
     if not active.pending_commands:
         _conclude(draft, index, run_outcome(active, draft.schedule.failure_threshold))
         _advance(draft, misfire_tolerance=MISFIRE_TOLERANCE)
-    return _finish(state, draft, ignored=None)
-
-
-def record_run_outcome(
-    state: ScheduleState,
-    *,
-    occurrence: datetime,
-    attempt: int,
-    outcome: RunOutcome,
-    now: datetime,
-    failed_host_ids: Sequence[str] | None = None,
-    error: str | None = None,
-) -> ScheduleDecision:
-    """Conclude a run as a whole (when the worker tracks its commands itself).
-
-    SUCCEEDED resets the failure count and drops an older pending retry. SKIPPED changes no
-    failure count. FAILED counts one more consecutive failure and plans a retry after
-    2^n minutes (n = consecutive failures, capped at 60) for `failed_host_ids` (None: every
-    target); beyond max_retries the schedule disables itself and `events` carries the
-    `schedule.disabled` to publish. A second outcome for the same run is ignored.
-    """
-    now = now.astimezone(UTC)
-    occurrence = occurrence.astimezone(UTC)
-    draft = _Draft(values=_values(state), now=now)
-    index = _find_run(draft, occurrence, attempt)
-    if index is None:
-        if _run_key(occurrence, attempt) in state.recent_run_keys:
-            return ScheduleDecision(state, ignored="duplicate_outcome")
-        placeholder = ActiveRun(occurrence=occurrence, attempt=attempt, started_at=now)
-        draft.values["in_flight"] = (*draft.values["in_flight"], placeholder)
-        index = len(draft.values["in_flight"]) - 1
-    active = draft.values["in_flight"][index]
-    update: dict[str, Any] = {"failed_unattributed": failed_host_ids is None}
-    if failed_host_ids is not None:
-        update["failed_host_ids"] = tuple(dict.fromkeys(failed_host_ids))
-    if error is not None:
-        update["last_error"] = _short(error)
-    _replace_run(draft, index, active.model_copy(update=update))
-    _conclude(draft, index, outcome)
-    _advance(draft, misfire_tolerance=MISFIRE_TOLERANCE)
     return _finish(state, draft, ignored=None)
 
 
@@ -779,9 +737,6 @@ def _conclude(draft: _Draft, index: int, outcome: RunOutcome) -> None:
     values = draft.values
     active: ActiveRun = values["in_flight"][index]
     values["in_flight"] = tuple(r for i, r in enumerate(values["in_flight"]) if i != index)
-    _remember(
-        draft, "recent_run_keys", _run_key(active.occurrence, active.attempt), RECENT_RUN_KEYS_KEPT
-    )
     draft.concluded.append(
         ConcludedRun(
             occurrence=active.occurrence,
@@ -894,10 +849,6 @@ def _replace_run(draft: _Draft, index: int, active: ActiveRun) -> None:
     runs = list(draft.values["in_flight"])
     runs[index] = active
     draft.values["in_flight"] = tuple(runs)
-
-
-def _run_key(occurrence: datetime, attempt: int) -> str:
-    return f"{occurrence.astimezone(UTC).isoformat()}#{attempt}"
 
 
 # --- bookkeeping ----------------------------------------------------------------------

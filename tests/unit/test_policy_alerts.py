@@ -7,6 +7,7 @@ from typing import Any
 
 from schemas.alerts import AlertType
 from schemas.base import ComplianceState
+from schemas.internal import ReleaseOutcome
 from schemas.state import HostSchedule
 from streams.policy.alerts import (
     CapWatch,
@@ -17,14 +18,16 @@ from streams.policy.alerts import (
     host_alerts,
     schedule_alert,
 )
-from streams.policy.schedules import RunOutcome, record_run_outcome
 from tests.unit.test_schedules_factories import (
     T0,
     created_state,
     disabled,
+    dispatch,
     enabled,
+    finish,
     fold,
     schedule,
+    tick,
 )
 
 HOST = "web-1"
@@ -137,8 +140,13 @@ def test_past_promise_resolves_on_a_fresh_scan_or_maintenance_not_before() -> No
 
 def test_a_schedule_that_disabled_itself_raises_until_enabled_again() -> None:
     state = created_state(schedule(max_retries=0))
-    failed = record_run_outcome(
-        state, occurrence=T0, attempt=1, outcome=RunOutcome.FAILED, now=T0, error="agent crashed"
+    first = T0 + timedelta(hours=1)  # The schedule's first occurrence.
+    due = tick(state, first)
+    assert due.state is not None
+    (run,) = due.runs
+    sent = dispatch(due.state, run, [HOST], now=first)
+    failed = finish(
+        sent, run, HOST, now=first, outcome=ReleaseOutcome.FAILED, error="agent crashed"
     ).state
     assert failed is not None and not failed.enabled and failed.disabled_by == "kairos"
     raised = schedule_alert(state.schedule.id, failed, False, T0)

@@ -16,7 +16,6 @@ from schemas.objects import Operation
 from schemas.schedules import (
     CatchupPolicy,
     OverlapPolicy,
-    RunOutcome,
     RunPlan,
     RunReason,
     ScheduleState,
@@ -27,7 +26,6 @@ from streams.policy.schedules import (
     MAX_BACKFILL_RUNS,
     decide_schedule,
     due_runs,
-    record_run_outcome,
     retry_delay,
     run_dispatched,
     schedule_status,
@@ -395,11 +393,15 @@ def test_schedule_disables_itself_after_max_retries() -> None:
     now = at(1)
     delays: list[timedelta] = []
     decision = None
-    for _ in range(3):
-        decision = record_run_outcome(
-            state, occurrence=at(1), attempt=1 + len(delays), outcome=RunOutcome.FAILED,
-            now=now, error="agent crashed",
-        )  # fmt: skip
+    for attempt in (1, 2, 3):
+        due = tick(state, now)  # The occurrence first, then each retry when it comes due.
+        assert due.state is not None
+        (run,) = due.runs
+        assert run.attempt == attempt
+        sent = dispatch(due.state, run, ["h1"], now=now)
+        decision = finish(
+            sent, run, "h1", now=now, outcome=ReleaseOutcome.FAILED, error="agent crashed"
+        )
         assert decision.state is not None
         state = decision.state
         if state.retry is not None:
@@ -420,23 +422,26 @@ def test_schedule_disables_itself_after_max_retries() -> None:
 
 
 def test_self_disable_event_id_is_deterministic() -> None:
-    state = hourly(max_retries=0)
-    kwargs: dict[str, Any] = {"occurrence": at(1), "attempt": 1, "now": at(1, 3)}
-    one = record_run_outcome(state, outcome=RunOutcome.FAILED, **kwargs)
-    two = record_run_outcome(state, outcome=RunOutcome.FAILED, **kwargs)
+    state, run = started(hourly(max_retries=0), at(1))
+    one = finish(state, run, "h1", now=at(1, 3), outcome=ReleaseOutcome.FAILED)
+    two = finish(state, run, "h1", now=at(1, 3), outcome=ReleaseOutcome.FAILED)
     assert one.events[0].event_id == two.events[0].event_id
 
 
 def test_skipped_runs_neither_count_nor_reset_failures() -> None:
-    state, _ = failed_once(hourly(), at(1))
-    skipped = record_run_outcome(
-        state, occurrence=at(2), attempt=1, outcome=RunOutcome.SKIPPED, now=at(2)
-    ).state
+    # Every minute, so the next runs come before the failed run's retry (2 minutes later).
+    state, run = started(created_state(schedule(cron("* * * * *"))), at(0, 1))
+    failed = finish(state, run, "h1", now=at(0, 1) + 30 * SECOND, outcome=ReleaseOutcome.FAILED)
+    assert failed.state is not None and failed.state.retry_at == at(0, 3) + 30 * SECOND
+    no_targets = tick(failed.state, at(0, 2))
+    assert no_targets.state is not None
+    skipped = run_dispatched(no_targets.state, no_targets.runs[0], 0, now=at(0, 2)).state
     assert skipped is not None
     assert skipped.consecutive_failures == 1 and skipped.skipped_runs == 1
-    succeeded = record_run_outcome(
-        skipped, occurrence=at(3), attempt=1, outcome=RunOutcome.SUCCEEDED, now=at(3)
-    ).state
+    assert skipped.retry == failed.state.retry
+    state, run = started(skipped, at(0, 3))
+    assert state.retry is not None  # Not due yet: the success below drops it.
+    succeeded = finish(state, run, "h1", now=at(0, 3)).state
     assert succeeded is not None
     assert succeeded.consecutive_failures == 0 and succeeded.retry is None
 
@@ -445,10 +450,6 @@ def test_second_outcome_for_the_same_run_is_ignored() -> None:
     state, run = failed_once(hourly(), at(1))
     again = finish(state, run, "h1", now=at(1, 2), outcome=ReleaseOutcome.FAILED)
     assert again.ignored == "unknown_run" and again.state == state
-    duplicate = record_run_outcome(
-        state, occurrence=at(1), attempt=1, outcome=RunOutcome.FAILED, now=at(1, 2)
-    )
-    assert duplicate.ignored == "duplicate_outcome"
 
 
 def test_enable_after_self_disable_starts_afresh_without_catching_up() -> None:
@@ -598,7 +599,8 @@ def test_backfill_reruns_past_occurrences_without_counting_them() -> None:
     assert occurrences(decision.runs) == [at(-5)]
     assert decision.state is not None
     assert [q.occurrence for q in decision.state.queued] == [at(-4), at(-3)]
-    assert all(run.backfill for run in (*decision.runs, *decision.state.queued))
+    assert all(run.backfill for run in decision.runs)
+    assert all(queued.backfill for queued in decision.state.queued)
     assert decision.state.runs == 0 and decision.state.cursor == state.cursor
 
 
