@@ -1,4 +1,8 @@
-"""FastAPI application factory: `create_app(settings)` builds everything; nothing at import."""
+"""The API's FastAPI app: `create_app(settings)` assembles routes, middleware, the console and
+the agents' gateway. The PostgreSQL pool and the Kafka publisher open in the app's lifespan,
+not here, so importing or building the app connects to nothing and a dependency that is down
+at start makes calls answer 503 instead of stopping the API.
+"""
 
 from __future__ import annotations
 

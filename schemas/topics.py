@@ -1,4 +1,9 @@
-"""Topic names of the contract. A deployment-wide prefix may be prepended to each."""
+"""Every topic name Kairos uses; `TopicNames` prepends the deployment's KAIROS_TOPIC_PREFIX.
+
+The first six are the contract other systems read or write. The `kairos-*` ones are Kairos'
+own, between its stages and from the worker to the projector. Partition counts and compaction
+are not part of a name: `streams.topology` declares them.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,9 @@ SCAN_COMMANDS = "scan-commands"
 DEAD_LETTERS = "dead-letters"
 ALERTS = "alerts"
 
-# Kairos-internal topics; their messages are in schemas.internal.
+# Kairos' own topics. Their messages: schemas.internal (host signals, dispatch queue, control;
+# the schedule stage's signals on host signals are in streams.schedule_stage), schemas.state
+# (host state), schemas.schedules (schedules and schedule runs).
 HOST_SIGNALS = "kairos-host-signals"
 DISPATCH_QUEUE = "kairos-dispatch-queue"
 HOST_STATE = "kairos-host-state"
@@ -19,7 +26,9 @@ SCHEDULER_CONTROL = "kairos-scheduler-control"
 SCHEDULES = "kairos-schedules"
 """Generic schedules' state, compacted, key = schedule id (read whole by every worker)."""
 SCHEDULE_RUNS = "kairos-schedule-runs"
-"""One record per schedule run (fired, skipped, failed), key = schedule id; kept by time."""
+"""Schedule run records, key = schedule id; kept by time, not compacted.
+
+One per run (fired or skipped, then how it ended) and one per dropped occurrence."""
 
 CONFIG_KEY = "config"
 """Key of schedule-changes messages that concern the global scheduler config."""
@@ -83,7 +92,12 @@ class TopicNames:
         return self._named(SCHEDULE_RUNS)
 
     def host_keyed(self) -> list[str]:
-        """Topics keyed by host id; they must all have the same partition count."""
+        """Topics with the worker's partition count, so a key lands on the same partition in each.
+
+        Keyed by host (object) id, or by schedule id for a schedule's messages and records
+        (`config` for config changes): the worker meets a host's, or a schedule's, inputs on
+        one partition and fans a run out by partition number.
+        """
         return [
             self.object_created,
             self.schedule_changes,

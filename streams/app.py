@@ -1,10 +1,12 @@
 """The worker: one Faust app wired around the stages; nothing here decides anything.
 
-The host stage (`streams.stages.hosts`) consumes every host-keyed topic and keeps one schedule
-per host; the dispatcher (`streams.stages.dispatcher`) owns the single-partition dispatch queue
-and with it the fleet-wide in-flight cap; `streams.stages.control` keeps the config the same on
-every worker; the schedule stage (`streams.schedule_stage`) runs cron, interval, RRULE and
-triggered schedules. Topics and tables are declared in `streams.topology`.
+The host stage (`streams.stages.hosts`) consumes object-created, schedule-changes,
+scan-completed and kairos-host-signals and keeps one schedule per host; the schedule stage
+(`streams.schedule_stage`) runs cron, interval, RRULE and triggered schedules on that same
+agent; the dispatcher (`streams.stages.dispatcher`) owns the single-partition dispatch queue
+and with it the fleet-wide in-flight cap; `streams.stages.control` keeps the config the same
+on every worker. One timer ticks the host stage, the schedule stage and the dispatcher; with
+the projector enabled, it runs here too. Topics and tables are declared in `streams.topology`.
 Nothing is built at import time: `create_worker(settings)` wires everything.
 """
 

@@ -1,4 +1,7 @@
-"""Which hosts wake up when: a heap with lazy deletion, so a tick costs O(due), not O(hosts)."""
+"""Which keys wake up when: a heap with lazy deletion, so a tick costs O(due), not O(keys).
+
+The host stage keeps one for its hosts, the schedule stage one for its schedules.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from datetime import datetime
 
 
 class DueIndex:
-    """Wake-up times of the hosts this worker owns. Rebuilt on every partition assignment."""
+    """Wake-up times of the hosts (or schedules) this worker owns; rebuilt on table recovery."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[datetime, str]] = []

@@ -1,12 +1,17 @@
-"""The generic-schedule stage: thin adapters around `streams.policy.schedules` and `.targets`.
+"""The generic-schedule stage: thin adapters around `streams.policy.schedules`, `.targets` and
+`.schedule_commands`, run by the host stage's agent.
 
 Schedule state lives where its key (the schedule id) lands: `schedule.*` events on
-schedule-changes and the schedule signals below on kairos-host-signals are co-partitioned,
-so the host-stage agent hands them here and every table write happens inside stream
-iteration. Hosts are partitioned by host id, so a run is fanned out: one `ScheduleFanOut`
-per partition that can hold a target (all of them for a filter, fewer for static object
-ids, a trigger or a retry). Each partition's owner selects its own hosts, dispatches and
-replies with `ScheduleFanOutDone`; when every reply is in, the run is `run_dispatched`.
+schedule-changes and the signals below that concern a schedule (all but `ScheduleFanOut`),
+sent on kairos-host-signals keyed by schedule id, reach the partition that holds its state,
+so every table write happens inside stream iteration.
+
+Hosts are partitioned by host id, so a run is fanned out: one `ScheduleFanOut` per partition
+that can hold a target (all of them unless the run names its ids: static object ids, a
+trigger or a retry). Each partition's owner selects its own hosts, sends their dispatch
+requests and replies with `ScheduleFanOutDone`; when every reply is in, a scheduled run is
+`run_dispatched`, while a trigger run, which the schedule state does not track, is only
+recorded. Command ends come back as `ScheduleCommandEnded` for `run_finished`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""From a scan result to a compliance state, and from a state to interval and priority."""
+"""From a scan result to a compliance state, and from a state to its scan interval.
+
+A state's priority needs no rule of its own: it is read from the config
+(`SchedulerConfig.priority`).
+"""
 
 from __future__ import annotations
 

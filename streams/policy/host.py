@@ -1,8 +1,9 @@
 """The adaptive schedule of one host: every input folds into a new state plus outputs.
 
-`decide(schedule, event, now=..., config=...)` is the single entry point. It never raises
-for a business reason: inputs that change nothing come back as an `ignored` reason, which
-the worker counts.
+`decide(schedule, event, now=..., config=..., scanner_busy=...)` is the single entry point;
+`wake_at(schedule, config)` tells the due index when to look at the host again. `decide`
+never raises for a business reason: inputs that change nothing come back as an `ignored`
+reason, which the worker counts.
 """
 
 from __future__ import annotations

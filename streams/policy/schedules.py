@@ -1,13 +1,20 @@
 """The life of one generic schedule: events and clock ticks fold into state plus runs.
 
-Entry points, all pure (`now` is passed in, nothing raises for a business reason):
+Entry points, all pure (`now` is passed in, no I/O, nothing raises for a business reason);
+the worker's adapter, `streams.schedule_stage`, stores and sends what they decide:
 
-- `decide_schedule(state, event, now=...)`: a `schedule.*` event or an object event.
-- `due_runs(state, now=...)`: the worker's wake-up at `wake_at(state)`.
-- `run_dispatched(state, run, command_ids, now=...)`: the worker selected targets for a run.
-- `run_finished(state, command_id, outcome=..., now=...)`: one command of a run ended.
+- `decide_schedule(state, event, now=...)`: a `schedule.*` event, or an object event that may
+  start a trigger run (`trigger_matches` says which schedules to route it to).
+- `due_runs(state, now=..., run_timeout=...)`: the wake-up at `wake_at(state)`. Retries,
+  queued and buffered runs, then the occurrences `kairos.floor.recurrence.candidates` yields
+  since the cursor, picked by the catch-up, max_runs and overlap policies.
+- `run_dispatched(state, run, issued, now=...)`: every partition a tracked run was fanned out
+  to has answered, `issued` commands in all (none: the run is skipped).
+- `run_finished(state, occurrence, attempt, outcome=..., now=...)`: one command of a tracked
+  run ended; the last one concludes the run.
 
-Each returns a `ScheduleDecision`: the new state, runs to start, and why nothing happened.
+Each returns a `ScheduleDecision`: the new state, runs to start, occurrences dropped, runs
+concluded, events to publish, and why nothing happened.
 """
 
 from __future__ import annotations

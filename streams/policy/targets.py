@@ -3,7 +3,8 @@
 `matches` evaluates a target filter over a plain view of a host; filters are data compared
 in Python, never turned into SQL or code here. `select_targets` applies the target set,
 activity, maintenance and the grace period; `dispatch_requests` turns the chosen hosts into
-DispatchRequested messages with one deterministic command id per (occurrence, host, attempt).
+DispatchRequested messages with one deterministic command id per (schedule, occurrence, host,
+attempt), and per backfill request for a backfilled run.
 """
 
 from __future__ import annotations
@@ -360,7 +361,8 @@ def dispatch_requests(
     *,
     states: Mapping[str, ComplianceState] | None = None,
 ) -> tuple[DispatchRequested, ...]:
-    """One request per host; pass their command ids to `run_dispatched`."""
+    """One request per host; the fan-out counts those it sends, and `run_dispatched` gets
+    the run's total."""
     states = states or {}
     return tuple(
         occurrence_dispatch_request(

@@ -1,9 +1,13 @@
 """The host stage: one schedule per host, kept in the `hosts` table on the host's partition.
 
-It consumes every host-keyed topic, folds each message into the host's schedule with the pure
-policy (`streams.policy.host.decide`), and claims the host's next command from the dispatcher
-when it is due. Schedule messages go to the schedule stage; config changes to `Control`.
-The due index (wake-up times of this worker's hosts) is rebuilt from the table on recovery.
+Its one agent reads object-created, schedule-changes, scan-completed and kairos-host-signals,
+folds each host's message into the host's schedule with the pure policy
+(`streams.policy.host.decide`), and claims the host's next command from the dispatcher when
+it is due. The schedule stage shares the agent, since its messages ride the same topics:
+`schedule.*` messages go to it, results and timeouts go to it first (it keeps the ledger of
+schedule commands), and object events are passed on to the trigger schedules they match.
+Config changes go to `Control`. The due index (wake-up times of this worker's hosts) is
+rebuilt from the table on recovery.
 """
 
 from __future__ import annotations
