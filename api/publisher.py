@@ -1,5 +1,6 @@
-"""The one way the API writes: a ScheduleChange on `schedule-changes`, acknowledged by all
-in-sync replicas, within a timeout.
+"""The one way the API writes: events on the contract's topics (`schedule-changes`,
+`object-created`, and `scan-completed` for the agent gateway), acknowledged by all in-sync
+replicas, within a timeout.
 
 The producer starts in the lifespan. If Kafka is down then, the API still starts and the
 producer is started again on the next write (or readiness check), so a broker that comes up

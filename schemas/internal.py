@@ -1,4 +1,4 @@
-"""Messages on Kairos-internal topics, between the two worker stages."""
+"""Messages on Kairos-internal topics, between the worker's stages (`streams/stages/`)."""
 
 from __future__ import annotations
 
