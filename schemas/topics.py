@@ -17,7 +17,7 @@ DEAD_LETTERS = "dead-letters"
 ALERTS = "alerts"
 
 # Kairos' own topics. Their messages: schemas.internal (host signals, dispatch queue, control;
-# the schedule stage's signals on host signals are in streams.schedule_stage), schemas.state
+# the schedule stage's signals on host signals are in streams.stages.schedules), schemas.state
 # (host state), schemas.schedules (schedules and schedule runs).
 HOST_SIGNALS = "kairos-host-signals"
 DISPATCH_QUEUE = "kairos-dispatch-queue"

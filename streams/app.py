@@ -2,7 +2,7 @@
 
 The host stage (`streams.stages.hosts`) consumes object-created, schedule-changes,
 scan-completed and kairos-host-signals and keeps one schedule per host; the schedule stage
-(`streams.schedule_stage`) runs cron, interval, RRULE and triggered schedules on that same
+(`streams.stages.schedules`) runs cron, interval, RRULE and triggered schedules on that same
 agent; the dispatcher (`streams.stages.dispatcher`) owns the single-partition dispatch queue
 and with it the fleet-wide in-flight cap; `streams.stages.control` keeps the config the same
 on every worker. One timer ticks the host stage, the schedule stage and the dispatcher; with
@@ -30,10 +30,10 @@ from streams.metrics import WorkerMetrics, consumer_lag, serve
 from streams.producer import make_idempotent
 from streams.projection.runner import Projector
 from streams.recovery import OrderedTableManager, rewind_dropped_batches
-from streams.schedule_stage import ScheduleStage
 from streams.stages.control import Control
 from streams.stages.dispatcher import Dispatcher
 from streams.stages.hosts import HostStage
+from streams.stages.schedules import ScheduleStage
 
 log = logging.getLogger(__name__)
 

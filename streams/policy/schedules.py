@@ -1,7 +1,7 @@
 """The life of one generic schedule: events and clock ticks fold into state plus runs.
 
 Entry points, all pure (`now` is passed in, no I/O, nothing raises for a business reason);
-the worker's adapter, `streams.schedule_stage`, stores and sends what they decide:
+the worker's adapter, `streams.stages.schedules`, stores and sends what they decide:
 
 - `decide_schedule(state, event, now=...)`: a `schedule.*` event, or an object event that may
   start a trigger run (`trigger_matches` says which schedules to route it to).

@@ -1,5 +1,4 @@
-"""The worker's stages, one module each: hosts, dispatcher, control.
+"""The worker's stages, one module each: hosts, schedules, dispatcher, control.
 
-The schedule stage (`streams.schedule_stage`) sits beside them; `streams.app` wires them into
-one Faust app and owns nothing else.
+`streams.app` wires them into one Faust app (and its one timer) and owns nothing else.
 """

@@ -34,9 +34,9 @@ from streams.metrics import WorkerMetrics
 from streams.partition_index import HostsByPartition, partition_of
 from streams.policy.host import Decision, decide, wake_at
 from streams.policy.schedule_commands import origin_of
-from streams.schedule_stage import ScheduleStage, is_schedule_message
 from streams.stages.control import Control
 from streams.stages.dispatcher import Dispatcher
+from streams.stages.schedules import ScheduleStage, is_schedule_message
 
 log = logging.getLogger(__name__)
 

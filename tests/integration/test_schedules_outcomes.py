@@ -16,7 +16,7 @@ from kairos.floor.settings import Settings
 from schemas.base import HostStatus
 from schemas.internal import ReleaseOutcome
 from streams import codec
-from streams.schedule_stage import ScheduleCommandEnded
+from streams.stages.schedules import ScheduleCommandEnded
 from tests.support.factories import (
     backfill_requested,
     scan_requested,
