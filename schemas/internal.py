@@ -10,6 +10,8 @@ from pydantic import Field
 from schemas.base import CommandReason, ComplianceState, Contract, Timestamp
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.config import SchedulerConfig
+from schemas.objects import ObjectEvent
+from schemas.schedules import RunPlan, Schedule
 
 # --- host signals (host-keyed, processed by the host stage) ------------------
 
@@ -121,3 +123,65 @@ class InitializePublished(Contract):
 
 
 ControlMessage = Annotated[ConfigPublished | InitializePublished, Field(discriminator="kind")]
+
+
+# --- schedule signals (kairos-host-signals, processed by the schedule stage) -
+# Keyed by schedule id, except ScheduleFanOut: it goes to each partition holding targets.
+
+
+class ScheduleDue(Contract):
+    """The due index says this schedule's wake-up time has come (key = schedule id)."""
+
+    kind: Literal["schedule.due"] = "schedule.due"
+    schedule_id: str
+    wake_at: Timestamp
+
+
+class ScheduleFanOut(Contract):
+    """Select and dispatch the targets of `run` held in the partition this is sent to."""
+
+    kind: Literal["schedule.fanout"] = "schedule.fanout"
+    schedule: Schedule
+    run: RunPlan
+    expected: int = Field(description="How many partitions the run was sent to.")
+
+
+class ScheduleFanOutDone(Contract):
+    """One partition's part of a run: how many commands it sent (key = schedule id)."""
+
+    kind: Literal["schedule.fanout_done"] = "schedule.fanout_done"
+    schedule_id: str
+    run: RunPlan
+    partition: int
+    issued: int
+    skipped: int = 0
+    skipped_hosts: dict[str, int] = Field(
+        default_factory=dict, description="Targeted hosts not scanned, by reason."
+    )
+
+
+class ScheduleCommandEnded(Contract):
+    """A command of a tracked run ended (result or timeout), key = schedule id."""
+
+    kind: Literal["schedule.command_ended"] = "schedule.command_ended"
+    schedule_id: str
+    occurrence: Timestamp
+    attempt: int
+    command_id: str
+    host_id: str
+    outcome: ReleaseOutcome
+    error: str | None = None
+
+
+class ScheduleObjectEvent(Contract):
+    """An object event matching this schedule's trigger, re-keyed by schedule id."""
+
+    kind: Literal["schedule.object_event"] = "schedule.object_event"
+    schedule_id: str
+    event: ObjectEvent
+
+
+ScheduleSignal = Annotated[
+    ScheduleDue | ScheduleFanOut | ScheduleFanOutDone | ScheduleCommandEnded | ScheduleObjectEvent,
+    Field(discriminator="kind"),
+]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from schemas.changes import ScheduleChange
 from schemas.commands import DeadLetter, ScanCommand
-from schemas.internal import ControlMessage, DispatchMessage, HostSignal
+from schemas.internal import ControlMessage, DispatchMessage, HostSignal, ScheduleSignal
 from schemas.objects import ObjectEvent
 from schemas.results import ScanCompleted
 from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
@@ -25,6 +25,7 @@ scan_completed = TypeAdapter(ScanCompleted)
 host_signal: TypeAdapter[Any] = TypeAdapter(HostSignal)
 dispatch_message: TypeAdapter[Any] = TypeAdapter(DispatchMessage)
 control_message: TypeAdapter[Any] = TypeAdapter(ControlMessage)
+schedule_signal: TypeAdapter[Any] = TypeAdapter(ScheduleSignal)
 host_state_changed = TypeAdapter(HostStateChanged)
 scan_command = TypeAdapter(ScanCommand)
 dead_letter_message = TypeAdapter(DeadLetter)

@@ -21,16 +21,24 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Iterable
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal, Protocol
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from pydantic import Field, TypeAdapter
 
 from kairos.floor.clock import Clock
 from kairos.floor.settings import Settings
-from schemas.base import Contract, Timestamp
+from schemas.base import Contract
 from schemas.commands import ADAPTIVE_SCANNER
-from schemas.internal import CommandTimedOut, ReleaseOutcome, SlotReleased
+from schemas.internal import (
+    CommandTimedOut,
+    ReleaseOutcome,
+    ScheduleCommandEnded,
+    ScheduleDue,
+    ScheduleFanOut,
+    ScheduleFanOutDone,
+    ScheduleObjectEvent,
+    SlotReleased,
+)
 from schemas.objects import ObjectEvent
 from schemas.results import ScanCompleted, ScanStatus
 from schemas.schedules import (
@@ -48,6 +56,7 @@ from streams.codec import Undecodable
 from streams.due_index import DueIndex
 from streams.guard import Guard
 from streams.partition_index import HostsByPartition, partition_of
+from streams.policy.fanout import PendingFanOuts, answered, fanned_out, held
 from streams.policy.schedule_commands import (
     CommandEntry,
     EndChoice,
@@ -97,68 +106,6 @@ RUN_TIMEOUT = timedelta(hours=24)
 """A tracked run still waiting for results after this is concluded as failed (lost replies)."""
 
 
-# --- messages (internal to the worker) ------------------------------------------------
-
-
-class ScheduleDue(Contract):
-    """The due index says this schedule's wake-up time has come (key = schedule id)."""
-
-    kind: Literal["schedule.due"] = "schedule.due"
-    schedule_id: str
-    wake_at: Timestamp
-
-
-class ScheduleFanOut(Contract):
-    """Select and dispatch the targets of `run` held in the partition this is sent to."""
-
-    kind: Literal["schedule.fanout"] = "schedule.fanout"
-    schedule: Schedule
-    run: RunPlan
-    expected: int = Field(description="How many partitions the run was sent to.")
-
-
-class ScheduleFanOutDone(Contract):
-    """One partition's part of a run: how many commands it sent (key = schedule id)."""
-
-    kind: Literal["schedule.fanout_done"] = "schedule.fanout_done"
-    schedule_id: str
-    run: RunPlan
-    partition: int
-    issued: int
-    skipped: int = 0
-    skipped_hosts: dict[str, int] = Field(
-        default_factory=dict, description="Targeted hosts not scanned, by reason."
-    )
-
-
-class ScheduleCommandEnded(Contract):
-    """A command of a tracked run ended (result or timeout), key = schedule id."""
-
-    kind: Literal["schedule.command_ended"] = "schedule.command_ended"
-    schedule_id: str
-    occurrence: Timestamp
-    attempt: int
-    command_id: str
-    host_id: str
-    outcome: ReleaseOutcome
-    error: str | None = None
-
-
-class ScheduleObjectEvent(Contract):
-    """An object event matching this schedule's trigger, re-keyed by schedule id."""
-
-    kind: Literal["schedule.object_event"] = "schedule.object_event"
-    schedule_id: str
-    event: ObjectEvent
-
-
-ScheduleSignal = Annotated[
-    ScheduleDue | ScheduleFanOut | ScheduleFanOutDone | ScheduleCommandEnded | ScheduleObjectEvent,
-    Field(discriminator="kind"),
-]
-schedule_signal: TypeAdapter[Any] = TypeAdapter(ScheduleSignal)
-
-
 def is_schedule_message(raw: bytes | None) -> bool:
     """Whether a schedule-changes or host-signals record belongs to this stage."""
     try:
@@ -178,10 +125,6 @@ def _named_targets(schedule: Schedule, run: RunPlan) -> Iterable[str] | None:
     if run.host_ids is not None:
         return run.host_ids
     return schedule.targets.object_ids
-
-
-def _run_key(run: RunPlan) -> str:
-    return f"{run.occurrence.isoformat()}/{run.attempt}"
 
 
 def _counted_key(schedule_id: str, host_id: str) -> str:
@@ -231,7 +174,9 @@ class ScheduleStage:
     ) -> None:
         worker = self.worker
         adapter = (
-            codec.schedule_change if topic == worker.names.schedule_changes else schedule_signal
+            codec.schedule_change
+            if topic == worker.names.schedule_changes
+            else codec.schedule_signal
         )
         try:
             parsed = codec.decode(adapter, raw)
@@ -425,16 +370,9 @@ class ScheduleStage:
         if not partitions:
             return await self._dispatched(state, run, 0, 0, now, {})
         if run.tracked:
-            pending = self._pending(state.schedule.id)
-            pending["runs"][_run_key(run)] = {
-                "run": run.model_dump(mode="json"),
-                "expected": len(partitions),
-                "parts": [],
-                "issued": 0,
-                "skipped": 0,
-                "skipped_hosts": {},
-            }
-            self.fanouts[schedule.id] = codec.dumps(pending)
+            self._keep_pending(
+                schedule.id, fanned_out(self._pending(schedule.id), run, len(partitions))
+            )
         fan_out = codec.encode(ScheduleFanOut(schedule=schedule, run=run, expected=len(partitions)))
         for partition in partitions:
             await self.worker.host_signals.send(
@@ -442,9 +380,12 @@ class ScheduleStage:
             )
         return state, False
 
-    def _pending(self, schedule_id: str) -> dict[str, Any]:
+    def _pending(self, schedule_id: str) -> PendingFanOuts:
         stored = self.fanouts.get(schedule_id)
-        return json.loads(stored) if stored else {"runs": {}, "early": []}
+        return PendingFanOuts.model_validate_json(stored) if stored else PendingFanOuts()
+
+    def _keep_pending(self, schedule_id: str, pending: PendingFanOuts) -> None:
+        self.fanouts[schedule_id] = pending.model_dump_json(exclude_none=True).encode()
 
     async def _collect(
         self, state: ScheduleState | None, done: ScheduleFanOutDone, now: datetime
@@ -455,31 +396,20 @@ class ScheduleStage:
             return
         if state is None:
             return
-        pending = self._pending(state.schedule.id)
-        entry = pending["runs"].get(_run_key(run))
-        if entry is None or done.partition in entry["parts"]:
+        result = answered(self._pending(state.schedule.id), done)
+        if result.duplicate:
             self.counters["duplicate_fanout_reply"] += 1
             return
-        entry["parts"].append(done.partition)
-        entry["issued"] += done.issued
-        entry["skipped"] += done.skipped
-        skipped_hosts = entry.setdefault("skipped_hosts", {})
-        for reason, count in done.skipped_hosts.items():
-            skipped_hosts[reason] = skipped_hosts.get(reason, 0) + count
-        if len(entry["parts"]) < entry["expected"]:
-            self.fanouts[state.schedule.id] = codec.dumps(pending)
+        self._keep_pending(state.schedule.id, result.pending)
+        tally = result.dispatched
+        if tally is None:
             return
-        del pending["runs"][_run_key(run)]
-        held = [ScheduleCommandEnded.model_validate(raw) for raw in pending["early"]]
-        early = [e for e in held if (e.occurrence, e.attempt) == (run.occurrence, run.attempt)]
-        pending["early"] = [e.model_dump(mode="json") for e in held if e not in early]
-        self.fanouts[state.schedule.id] = codec.dumps(pending)
         after, changed = await self._dispatched(
-            state, run, entry["issued"], entry["skipped"], now, entry.get("skipped_hosts", {})
+            state, run, tally.issued, tally.skipped, now, tally.skipped_hosts
         )
         if changed:
             await self._store(state.schedule.id, state, after, now)
-        for ended in early:
+        for ended in result.ends:
             await self._run_command_ended(self._load(state.schedule.id), ended, now)
 
     async def _dispatched(
@@ -551,9 +481,7 @@ class ScheduleStage:
         )
         if decision.ignored == "not_dispatched":
             # The result overtook the run's last fan-out reply: keep it until that comes.
-            pending = self._pending(state.schedule.id)
-            pending["early"].append(ended.model_dump(mode="json"))
-            self.fanouts[state.schedule.id] = codec.dumps(pending)
+            self._keep_pending(state.schedule.id, held(self._pending(state.schedule.id), ended))
             return
         if decision.ignored is None:
             self.fanouts[counted] = codec.dumps(list(remembered))

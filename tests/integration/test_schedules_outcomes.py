@@ -14,9 +14,8 @@ import pytest
 from kairos.floor.clock import ScaledClock
 from kairos.floor.settings import Settings
 from schemas.base import HostStatus
-from schemas.internal import ReleaseOutcome
+from schemas.internal import ReleaseOutcome, ScheduleCommandEnded
 from streams import codec
-from streams.stages.schedules import ScheduleCommandEnded
 from tests.support.factories import (
     backfill_requested,
     scan_requested,
