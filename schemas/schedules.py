@@ -881,7 +881,9 @@ class ScheduleState(Contract):
     buffered: BufferedRun | None = None
     queued: tuple[QueuedRun, ...] = ()
     recent_event_ids: tuple[str, ...] = ()
-    recent_run_keys: tuple[str, ...] = ()
+    recent_run_keys: tuple[str, ...] = Field(
+        default=(), description="No longer written; kept so states stored before still load."
+    )
     created_at: Timestamp
     updated_at: Timestamp
 

@@ -16,9 +16,8 @@ SCAN_COMMANDS = "scan-commands"
 DEAD_LETTERS = "dead-letters"
 ALERTS = "alerts"
 
-# Kairos' own topics. Their messages: schemas.internal (host signals, dispatch queue, control;
-# the schedule stage's signals on host signals are in streams.stages.schedules), schemas.state
-# (host state), schemas.schedules (schedules and schedule runs).
+# Kairos' own topics. Their messages: schemas.internal (host and schedule signals, dispatch
+# queue, control), schemas.state (host state), schemas.schedules (schedules and schedule runs).
 HOST_SIGNALS = "kairos-host-signals"
 DISPATCH_QUEUE = "kairos-dispatch-queue"
 HOST_STATE = "kairos-host-state"

@@ -116,7 +116,6 @@ class Worker:
             dispatcher=self.dispatcher,
             hosts=hosts,
             host_signals=host_signals,
-            dispatch_topic=dispatch_topic,
             direct=direct,
             guard=guard,
             metrics=self.metrics,

@@ -14,6 +14,7 @@ import asyncio
 from typing import Any
 
 import faust
+from faust.exceptions import NotReady
 
 
 class DirectSends:
@@ -28,7 +29,8 @@ class DirectSends:
         """Queue one record; returns once it is queued, with the future of its ack."""
         producer = self._app.producer._producer  # aiokafka's, started with Faust's producer.
         if producer is None:
-            raise RuntimeError("the producer has not started")
+            # Faust's own error for it: the guard lets it through (not the message's fault).
+            raise NotReady("the producer has not started")
         return await producer.send(topic, value, key=key, partition=partition)
 
     async def put(
@@ -40,8 +42,10 @@ class DirectSends:
         """
         changelog = table.changelog_topic
         key_bytes, _ = changelog.prepare_key(key, table.key_serializer)
+        # Queued first: a send that fails leaves the table as its changelog has it.
+        acked = await self.send(changelog.get_topic_name(), key_bytes, value, partition)
         if value is None:
             table.data.pop(key, None)
         else:
             table.data[key] = value
-        return await self.send(changelog.get_topic_name(), key_bytes, value, partition)
+        return acked

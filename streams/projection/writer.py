@@ -222,22 +222,10 @@ async def _apply_results(
             " ON CONFLICT (event_id) DO NOTHING",
             [
                 (
-                    r.event_id,
-                    r.command_id,
-                    r.host_id,
-                    r.scanner,
-                    r.status.value,
-                    r.started_at,
-                    r.completed_at,
-                    r.score,
-                    r.passed,
-                    r.failed,
-                    r.severity_critical_failed,
-                    r.severity_high_failed,
-                    r.severity_medium_failed,
-                    r.severity_low_failed,
-                    r.scan_id,
-                    r.error,
+                    r.event_id, r.command_id, r.host_id, r.scanner, r.status.value, r.started_at,
+                    r.completed_at, r.score, r.passed, r.failed, r.severity_critical_failed,
+                    r.severity_high_failed, r.severity_medium_failed, r.severity_low_failed,
+                    r.scan_id, r.error,
                 )  # fmt: skip
                 for r in results
             ],
@@ -277,17 +265,8 @@ async def _apply_commands(
             " ON CONFLICT (command_id) DO NOTHING",
             [
                 (
-                    c.command_id,
-                    c.host_id,
-                    c.scanner,
-                    c.priority,
-                    c.reason.value,
-                    c.state.value,
-                    c.due_at,
-                    c.issued_at,
-                    c.deadline,
-                    c.attempt,
-                    c.schedule_id,
+                    c.command_id, c.host_id, c.scanner, c.priority, c.reason.value,
+                    c.state.value, c.due_at, c.issued_at, c.deadline, c.attempt, c.schedule_id,
                 )  # fmt: skip
                 for c in commands
             ],
@@ -335,13 +314,7 @@ async def _apply_dead_letters(
             " ON CONFLICT (event_id) DO NOTHING",
             [
                 (
-                    d.event_id,
-                    d.source_topic,
-                    d.partition,
-                    d.offset,
-                    d.key,
-                    d.error,
-                    d.raw,
+                    d.event_id, d.source_topic, d.partition, d.offset, d.key, d.error, d.raw,
                     d.received_at,
                 )  # fmt: skip
                 for d in letters
@@ -443,19 +416,9 @@ async def _apply_schedule_runs(
             " WHERE excluded.outcome <> 'dropped'",
             [
                 (
-                    r.schedule_id,
-                    r.incarnation or "",
-                    r.occurrence,
-                    r.attempt,
-                    r.reason,
-                    r.fired_at,
-                    r.outcome,
-                    r.error,
-                    r.hosts_matched,
-                    r.commands_issued,
-                    r.commands_succeeded,
-                    r.commands_failed,
-                    r.skip_reason,
+                    r.schedule_id, r.incarnation or "", r.occurrence, r.attempt, r.reason,
+                    r.fired_at, r.outcome, r.error, r.hosts_matched, r.commands_issued,
+                    r.commands_succeeded, r.commands_failed, r.skip_reason,
                     Jsonb(r.skipped_hosts),
                 )  # fmt: skip
                 for r in runs

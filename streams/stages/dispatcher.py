@@ -77,7 +77,8 @@ class Dispatcher:
         self._outbox_ready = asyncio.Event()
         self._released_markers: deque[tuple[datetime, str]] = deque()
 
-    async def request(self, request: DispatchRequested) -> None:
+    async def request(self, request: DispatchRequested | SlotReleased) -> None:
+        """Queue a request or a release on the dispatch queue, in the order they are made."""
         await self._direct.send(
             self._names.dispatch_queue, DISPATCH_KEY, codec.encode(request), DISPATCH_PARTITION
         )
@@ -235,7 +236,10 @@ class Dispatcher:
         order them: a command sent before its slot was acknowledged could be out after a
         kill -9 while the next dispatcher does not count it, and the fleet-wide cap would be
         exceeded. So each batch waits for the acks of its own slot records (commands re-sent
-        after recovery have theirs already), never for a flush of everything queued.
+        after recovery have theirs already), never for a flush of everything queued. A slot
+        the broker refuses fails this task and with it the worker: its command is never sent,
+        and the host stage asks for the host again when it recovers (its claim was never
+        marked issued).
         """
         names = self._names
         while True:

@@ -21,7 +21,13 @@ from kairos.floor.clock import Clock
 from kairos.floor.settings import Settings
 from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 from schemas.commands import ADAPTIVE_SCANNER
-from schemas.internal import CommandTimedOut, DispatchRequested, HostDue, HostsDue
+from schemas.internal import (
+    CommandTimedOut,
+    DispatchRequested,
+    HostDue,
+    HostsDue,
+    SlotReleased,
+)
 from schemas.objects import ObjectEvent
 from schemas.results import ScanCompleted
 from schemas.state import HostSchedule, HostStateChanged
@@ -67,7 +73,6 @@ class HostStage:
         dispatcher: Dispatcher,
         hosts: Any,
         host_signals: Any,
-        dispatch_topic: Any,
         direct: DirectSends,
         guard: Guard,
         metrics: WorkerMetrics,
@@ -78,7 +83,6 @@ class HostStage:
         self.names = settings.topics
         self.hosts = hosts
         self.host_signals = host_signals
-        self.dispatch_topic = dispatch_topic
         self.hosts_by_partition = HostsByPartition(settings.partitions)
         self.due_index = DueIndex()
         self._control = control
@@ -204,7 +208,7 @@ class HostStage:
                 )
                 await direct.send(self.names.host_state, host_id.encode(), codec.encode(change))
         for message in (*decision.dispatch, *decision.releases):
-            await self._dispatcher.request(message)
+            await self.dispatch(message)
         if decision.held_busy:
             # Woken when the schedule's command ends (`wake_host`); the recheck covers an end
             # this worker does not see, such as one handled before a rebalance.
@@ -213,6 +217,10 @@ class HostStage:
             self.due_index.set(host_id, self.clock.now() + BUSY_RECHECK)
         else:
             self.due_index.set(host_id, wake_at(after, self._control.config) if after else None)
+
+    async def dispatch(self, message: DispatchRequested | SlotReleased) -> None:
+        """Hand a request or a release to the dispatcher; the schedule stage's way there too."""
+        await self._dispatcher.request(message)
 
     def wake_host(self, host_id: str) -> None:
         """Look at the host at the next tick: what held its claim back has ended."""

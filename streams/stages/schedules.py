@@ -2,9 +2,9 @@
 `.schedule_commands`, run by the host stage's agent.
 
 Schedule state lives where its key (the schedule id) lands: `schedule.*` events on
-schedule-changes and the signals below that concern a schedule (all but `ScheduleFanOut`),
-sent on kairos-host-signals keyed by schedule id, reach the partition that holds its state,
-so every table write happens inside stream iteration.
+schedule-changes and the schedule signals (`schemas.internal`) that concern a schedule (all
+but `ScheduleFanOut`), sent on kairos-host-signals keyed by schedule id, reach the partition
+that holds its state, so every table write happens inside stream iteration.
 
 Hosts are partitioned by host id, so a run is fanned out: one `ScheduleFanOut` per partition
 that can hold a target (all of them unless the run names its ids: static object ids, a
@@ -31,6 +31,7 @@ from schemas.base import Contract
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.internal import (
     CommandTimedOut,
+    DispatchRequested,
     ReleaseOutcome,
     ScheduleCommandEnded,
     ScheduleDue,
@@ -94,8 +95,9 @@ class StageHost(Protocol):
     hosts: Any
     hosts_by_partition: HostsByPartition
     host_signals: Any
-    dispatch_topic: Any
     guard: Guard
+
+    async def dispatch(self, message: DispatchRequested | SlotReleased) -> None: ...
 
     def wake_host(self, host_id: str) -> None: ...
 
@@ -542,7 +544,7 @@ class ScheduleStage:
                 )
                 self.commands[request.command_id] = entry.model_dump_json().encode()
             self.commands[busy] = request.command_id.encode()
-            await worker.dispatch_topic.send(key=b"dispatch", value=codec.encode(request))
+            await worker.dispatch(request)
         done = ScheduleFanOutDone(
             schedule_id=schedule.id,
             run=run,
@@ -619,7 +621,7 @@ class ScheduleStage:
         assert entry.ended is not None
         if entry.ended is not ReleaseOutcome.TIMED_OUT:
             release = SlotReleased(command_id=command_id, outcome=entry.ended)
-            await self.worker.dispatch_topic.send(key=b"dispatch", value=codec.encode(release))
+            await self.worker.dispatch(release)
         if entry.tracked:
             report = ScheduleCommandEnded(
                 schedule_id=entry.schedule_id,
@@ -641,7 +643,11 @@ class ScheduleStage:
         async def rebuild() -> None:
             self.due_index.clear()
             for schedule_id, stored in list(self.table.items()):
-                state = load_schedule_state(json.loads(stored))
+                try:
+                    state = load_schedule_state(json.loads(stored))
+                except Exception as error:  # Faust would swallow it and stop the rebuild.
+                    await self.worker.guard.unreadable_state(self.table, schedule_id, stored, error)
+                    continue
                 self.due_index.set(schedule_id, wake_at(state))
             log.info("schedule due index rebuilt: %d schedules", len(self.due_index))
 
