@@ -11,6 +11,7 @@ schedule in its `schedule-fanouts` table.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +37,8 @@ class PendingFanOuts(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    version: Literal[1] = 1
+    """Of this stored shape; records written before it was typed have none and load as 1."""
     runs: dict[str, FanOutTally] = Field(default_factory=dict)
     early: tuple[ScheduleCommandEnded, ...] = ()
 
