@@ -403,6 +403,15 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
     draft.dispatch.append(_dispatch_request(values, in_flight))
 
 
+def unissued_claim(schedule: HostSchedule) -> DispatchRequested | None:
+    """After recovery: the request of a claim never marked issued (it may never have reached
+    the dispatcher, which dedupes a second one); None when there is nothing to ask again."""
+    in_flight = schedule.in_flight
+    if in_flight is None or in_flight.issued_at is not None:
+        return None
+    return _dispatch_request(schedule.model_dump(), in_flight.model_dump())
+
+
 def _dispatch_request(values: dict[str, Any], in_flight: dict[str, Any]) -> DispatchRequested:
     return DispatchRequested(
         command_id=in_flight["command_id"],

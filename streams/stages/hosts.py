@@ -38,7 +38,7 @@ from streams.due_index import DueIndex
 from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
 from streams.partition_index import HostsByPartition, partition_of
-from streams.policy.host import Decision, decide, wake_at
+from streams.policy.host import Decision, decide, unissued_claim, wake_at
 from streams.policy.schedule_commands import origin_of
 from streams.stages.control import Control
 from streams.stages.dispatcher import Dispatcher
@@ -255,26 +255,13 @@ class HostStage:
                     await self.guard.unreadable_state(self.hosts, host_id, stored, error)
                     continue
                 self.due_index.set(host_id, wake_at(schedule, config))
-                if schedule.in_flight is not None and schedule.in_flight.issued_at is None:
-                    # Claimed but maybe never reached the dispatcher: ask again (it dedupes).
-                    await self._request_again(schedule)
+                request = unissued_claim(schedule)
+                if request is not None:
+                    await self.dispatch(request)
             log.info("due index rebuilt: %d hosts", len(self.due_index))
 
         return rebuild()
 
-    async def _request_again(self, schedule: HostSchedule) -> None:
-        assert schedule.in_flight is not None
-        in_flight = schedule.in_flight
-        request = DispatchRequested(
-            command_id=in_flight.command_id,
-            host_id=schedule.host_id,
-            priority=in_flight.priority,
-            due_at=in_flight.due_at,
-            reason=in_flight.reason,
-            state=schedule.state,
-            attempt=in_flight.attempt,
-        )
-        await self._dispatcher.request(request)
 
 
 def _host_id_of(parsed: Any) -> str:

@@ -15,7 +15,7 @@ from schemas.internal import ReleaseOutcome, SlotReleased
 from schemas.results import ScanCompleted
 from schemas.state import HostSchedule
 from streams.due_index import DueIndex
-from streams.policy.host import Decision, HostInput, decide, wake_at
+from streams.policy.host import Decision, HostInput, decide, unissued_claim, wake_at
 from streams.policy.ids import command_id, spread_offset_seconds
 from tests.unit.factories import (
     DEFAULT_CONFIG,
@@ -145,6 +145,14 @@ def test_initial_spread_scatters_hosts_over_the_window() -> None:
     assert len(set(first_due)) > 150
     assert min(first_due) < NOW + timedelta(minutes=15)
     assert max(first_due) > NOW + timedelta(minutes=45)
+
+
+def test_a_claim_never_marked_issued_is_requested_again_the_same_way() -> None:
+    decision = decide(None, host_created(at=NOW), now=NOW, config=DEFAULT_CONFIG)
+    schedule = decision.schedule
+    assert schedule is not None
+    assert unissued_claim(schedule) == decision.dispatch[0]
+    assert unissued_claim(issued(schedule, at=NOW)) is None
 
 
 def test_spread_host_is_claimed_when_its_first_due_time_comes() -> None:
