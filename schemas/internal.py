@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from typing import Annotated, Any, Literal
+from uuid import UUID
 
 from pydantic import Field
 
@@ -38,11 +39,27 @@ class HostsDue(Contract):
 
 
 class CommandIssued(Contract):
+    """No longer sent: a claim is not marked issued on the host, which saves a pass through
+    the host stage per command. Still read, so records an earlier version left on the topic
+    are applied as they were meant."""
+
     kind: Literal["command.issued"] = "command.issued"
     host_id: str
     command_id: str
     issued_at: Timestamp
     deadline: Timestamp
+
+
+class IssuedBeforeForce(Contract):
+    """The dispatcher had already issued the host's command when the host's force request
+    for it arrived (the host cannot tell a waiting claim from an issued one): the host scans
+    again once that command ends. The same command gives the same `event_id`, so a replay
+    is absorbed by the host's dedupe."""
+
+    kind: Literal["command.issued_before_force"] = "command.issued_before_force"
+    event_id: UUID
+    host_id: str
+    command_id: str
 
 
 class CommandTimedOut(Contract):
@@ -62,7 +79,12 @@ class HostReplanRequested(Contract):
 
 
 HostSignal = Annotated[
-    HostDue | HostsDue | CommandIssued | CommandTimedOut | HostReplanRequested,
+    HostDue
+    | HostsDue
+    | CommandIssued
+    | IssuedBeforeForce
+    | CommandTimedOut
+    | HostReplanRequested,
     Field(discriminator="kind"),
 ]
 

@@ -11,6 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from schemas.base import CommandReason
 from schemas.commands import ScanCommand
 from schemas.internal import DispatchRequested, ReleaseOutcome
 from streams.policy.ids import message_id
@@ -69,6 +70,18 @@ class DispatchQueue:
 
     def in_flight_ids(self) -> set[str]:
         return set(self._in_flight)
+
+    def issued_before_force(self, request: DispatchRequested) -> bool:
+        """A force request absorbed because its command went out at its earlier reason, or has
+        ended: that command does not meet the force, and the host must be told to scan again.
+        (Released commands' reasons are not kept: a force for one is never lost, at worst it
+        gives one more scan.)"""
+        if request.reason != CommandReason.FORCE:
+            return False
+        entry = self._in_flight.get(request.command_id)
+        if entry is not None:
+            return entry[0].reason != CommandReason.FORCE
+        return request.command_id in self._released
 
     def next_deadline(self) -> datetime | None:
         self._drop_stale_deadlines()

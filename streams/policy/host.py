@@ -23,6 +23,7 @@ from schemas.internal import (
     DispatchRequested,
     HostDue,
     HostReplanRequested,
+    IssuedBeforeForce,
     ReleaseOutcome,
     SlotReleased,
 )
@@ -44,6 +45,7 @@ HostInput = (
     | ScanCompleted
     | HostDue
     | CommandIssued
+    | IssuedBeforeForce
     | CommandTimedOut
     | HostReplanRequested
 )
@@ -118,6 +120,8 @@ def decide(
             ignored = _record_result(draft, event, now=now, config=config)
         case CommandIssued():
             ignored = _record_issue(draft, event)
+        case IssuedBeforeForce():
+            ignored = _force_after(draft, event, now=now)
         case CommandTimedOut():
             ignored = _record_timeout(draft, event, now=now, config=config)
         case HostReplanRequested():
@@ -243,11 +247,29 @@ def _request_force(draft: _Draft, *, now: datetime) -> str | None:
         values["next_scheduled_scan"] = min(values["next_scheduled_scan"], now)
         return None
     if in_flight["issued_at"] is None:
-        # Still waiting for a slot: move the same command to the front of the queue.
+        # Hosts are not told when their command is issued, so it may still wait for a slot or
+        # be out already: ask for the same command at the front of the queue. A waiting one
+        # moves up; one already out makes the dispatcher answer IssuedBeforeForce.
         in_flight["reason"] = CommandReason.FORCE
         in_flight["priority"] = FORCE_PRIORITY
         draft.dispatch.append(_dispatch_request(values, in_flight))
         return None
+    # A claim an earlier version stored as issued: the force runs right after it completes.
+    values["force_requested"] = True
+    return None
+
+
+def _force_after(draft: _Draft, notice: IssuedBeforeForce, *, now: datetime) -> str | None:
+    """The command went out before the force reached the dispatcher: scan again after it."""
+    values = draft.values
+    in_flight = values["in_flight"]
+    if in_flight is None:
+        # That command has already ended (its result or timeout came first): scan now.
+        values["force_requested"] = True
+        values["next_scheduled_scan"] = min(values["next_scheduled_scan"], now)
+        return None
+    if in_flight["command_id"] != notice.command_id and in_flight["reason"] == CommandReason.FORCE:
+        return "force_already_claimed"  # A forced command claimed since then meets it.
     values["force_requested"] = True  # Runs right after the command in flight completes.
     return None
 
@@ -404,8 +426,10 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
 
 
 def unissued_claim(schedule: HostSchedule) -> DispatchRequested | None:
-    """After recovery: the request of a claim never marked issued (it may never have reached
-    the dispatcher, which dedupes a second one); None when there is nothing to ask again."""
+    """After recovery: the request of the host's claim, which may never have reached the
+    dispatcher (the dispatcher absorbs it if it is waiting, in flight or recently released);
+    None when there is nothing to ask again. Claims are not marked issued any more, so this is
+    every claim but those an earlier version stored as issued."""
     in_flight = schedule.in_flight
     if in_flight is None or in_flight.issued_at is not None:
         return None

@@ -19,10 +19,10 @@ from kairos.floor.clock import Clock
 from kairos.floor.settings import Settings
 from schemas.commands import ScanCommand
 from schemas.internal import (
-    CommandIssued,
     CommandTimedOut,
     DispatcherWoken,
     DispatchRequested,
+    IssuedBeforeForce,
     SlotReleased,
 )
 from streams import codec
@@ -31,6 +31,7 @@ from streams.direct import DirectSends
 from streams.guard import Guard
 from streams.metrics import WorkerMetrics
 from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
+from streams.policy.ids import message_id
 from streams.stages.control import Control
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,8 @@ class Dispatcher:
         if isinstance(parsed, DispatchRequested):
             if queue.request(parsed):
                 waiting = parsed
+            elif queue.issued_before_force(parsed):
+                await self._tell_issued_before_force(parsed)
         elif isinstance(parsed, SlotReleased):
             queue.release(parsed.command_id, parsed.outcome)
             await self._mark_released(parsed.command_id, now)
@@ -149,6 +152,17 @@ class Dispatcher:
         if issued:
             self._outbox_ready.set()
         self._counters["commands_issued"] += len(issued)
+
+    async def _tell_issued_before_force(self, request: DispatchRequested) -> None:
+        """The one case a host hears back from the dispatcher: its force came too late for
+        the command it claimed, so it scans again once that command ends."""
+        notice = IssuedBeforeForce(
+            event_id=message_id("issued-before-force", request.command_id),
+            host_id=request.host_id,
+            command_id=request.command_id,
+        )
+        key = request.host_id.encode()
+        await self._direct.send(self._names.host_signals, key, codec.encode(notice))
 
     async def wake_if_needed(self, now: datetime) -> None:
         """On the owner: a free slot with requests waiting, or a deadline passed, wakes it."""
@@ -249,18 +263,11 @@ class Dispatcher:
             await asyncio.gather(*(acked for _, acked in batch if acked is not None))
             if self.settings.fault_command_send_delay_seconds:
                 await asyncio.sleep(self.settings.fault_command_send_delay_seconds)
+            # Hosts are not told: the command carries its issue time and deadline to the
+            # scanners, and a host learns it ended from its result or timeout.
             for command, _ in batch:
                 key = command.host_id.encode()
                 await self._direct.send(names.scan_commands, key, codec.encode(command))
-                if command.schedule_id is not None:
-                    continue  # The schedule stage's ledger tracks it; the host has no use for it.
-                notice = CommandIssued(
-                    host_id=command.host_id,
-                    command_id=command.command_id,
-                    issued_at=command.issued_at,
-                    deadline=command.deadline,
-                )
-                await self._direct.send(names.host_signals, key, codec.encode(notice))
 
     async def log_ownership(self, sender: Any = None, **kwargs: Any) -> None:
         """Operators (and the fault tests) read from the log which worker holds the cap."""

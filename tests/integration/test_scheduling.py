@@ -171,6 +171,32 @@ async def test_force_scan_of_an_inactive_or_down_host_is_sent(settings: Settings
         assert forced["reason"] == "force" and forced["priority"] == 10
 
 
+async def test_force_while_the_command_is_out_scans_again_once_it_ends(
+    settings: Settings, workers
+) -> None:
+    """Hosts are not told that their command went out: a force asks the dispatcher for the
+    claimed command at the top, and the dispatcher answers that it went out before the force,
+    so the host scans again once it ends. The running command is never sent twice."""
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    async with ScannerFleet(settings, answer=lambda command: False) as fleet:
+        await publish(producer, names.object_created, "held-1", host_created("held-1"))
+        await wait_until(lambda: fleet.commands_for("held-1"), timeout=15, what="the first scan")
+        await publish(producer, names.schedule_changes, "held-1", scan_requested("held-1"))
+        await asyncio.sleep(2.0)
+        [running] = fleet.commands_for("held-1")
+        fleet.answer_later(running)
+        await wait_until(
+            lambda: len(fleet.commands_for("held-1")) >= 2, timeout=15, what="the forced scan"
+        )
+    await producer.stop()
+    first, forced = fleet.commands_for("held-1")
+    assert first["reason"] != "force"
+    assert forced["reason"] == "force" and forced["priority"] == 10
+    assert forced["command_id"] != first["command_id"]
+
+
 async def test_maintenance_holds_scans_until_it_ends_then_the_overdue_host_is_scanned(
     fast_settings: Settings, workers
 ) -> None:

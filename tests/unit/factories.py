@@ -19,11 +19,13 @@ from schemas.internal import (
     DispatchRequested,
     HostDue,
     HostReplanRequested,
+    IssuedBeforeForce,
 )
 from schemas.objects import ObjectAttributes, ObjectEvent, Operation
 from schemas.results import ScanCompleted, ScanStatus
 from schemas.state import HostSchedule
 from streams.policy.host import Decision, HostInput, decide
+from streams.policy.ids import message_id
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HOST = "host-0001"
@@ -152,6 +154,15 @@ def command_issued(
 ) -> CommandIssued:
     return CommandIssued(
         host_id=host_id, command_id=command_id, issued_at=at, deadline=at + timeout
+    )
+
+
+def issued_before_force(command_id: str, *, host_id: str = HOST) -> IssuedBeforeForce:
+    """The dispatcher's answer to a force request for a command already out."""
+    return IssuedBeforeForce(
+        event_id=message_id("issued-before-force", command_id),
+        host_id=host_id,
+        command_id=command_id,
     )
 
 

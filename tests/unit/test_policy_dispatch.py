@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas.base import CommandReason
 from schemas.internal import ReleaseOutcome
 from streams.policy.dispatch import DispatchQueue, aged_priority
 from streams.policy.host import decide
@@ -387,3 +388,25 @@ def test_with_aging_no_waiting_command_is_starved_by_higher_priorities(
             assert item.command.priority == low  # The command keeps its own priority.
             return
     raise AssertionError(f"low command still waiting after {bound} minutes")
+
+
+def test_a_force_for_a_command_already_out_at_its_scheduled_reason_is_answered() -> None:
+    queue = DispatchQueue()
+    queue.request(dispatch_request("out", priority=3))
+    queue.request(dispatch_request("waiting", priority=3))
+    queue.request(dispatch_request("forced", priority=10, reason=CommandReason.FORCE))
+    assert issued_ids(queue, cap=2) == ["forced", "out"]
+    force = CommandReason.FORCE
+
+    for command, answered in (("out", True), ("forced", False)):
+        again = dispatch_request(command, priority=10, reason=force)
+        assert queue.request(again) is False
+        assert queue.issued_before_force(again) is answered, command
+    moved_up = dispatch_request("waiting", priority=10, reason=force)
+    assert queue.request(moved_up) is True
+    assert queue.issued_before_force(moved_up) is False
+    assert queue.issued_before_force(dispatch_request("out", priority=3)) is False
+
+    queue.release("out", ReleaseOutcome.COMPLETED)
+    ended = dispatch_request("out", priority=10, reason=force)
+    assert queue.request(ended) is False and queue.issued_before_force(ended) is True

@@ -29,6 +29,7 @@ from tests.unit.factories import (
     host_deleted,
     host_due,
     issued,
+    issued_before_force,
     maintenance_set,
     onboarded,
     replan,
@@ -1058,6 +1059,78 @@ def test_force_while_claimed_but_not_issued_re_requests_the_same_command() -> No
     assert decision.schedule is not None and decision.schedule.in_flight is not None
     assert decision.schedule.in_flight.priority == 10
     assert decision.schedule.force_requested is False
+
+
+def test_force_that_came_after_the_claim_was_issued_runs_right_after_it_completes() -> None:
+    """The host cannot tell a waiting claim from an issued one: it asks the dispatcher, which
+    answers IssuedBeforeForce when the command had gone out at its scheduled reason."""
+    claimed = onboarded(at=NOW)
+    at = NOW + MINUTE
+    asked = decide(claimed, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).schedule
+    command = in_flight_id(claimed)
+
+    told = decide(asked, issued_before_force(command), now=at, config=DEFAULT_CONFIG)
+
+    assert told.ignored is None and told.dispatch == ()
+    assert told.schedule is not None and told.schedule.force_requested is True
+    done = NOW + 5 * MINUTE
+    completed = decide(
+        told.schedule, scan_succeeded(command, completed_at=done), now=done, config=DEFAULT_CONFIG
+    )
+    [request] = completed.dispatch
+    assert request.reason is CommandReason.FORCE and request.command_id != command
+    assert completed.schedule is not None and completed.schedule.force_requested is False
+
+
+def test_force_whose_command_ended_before_the_answer_came_runs_at_once() -> None:
+    claimed = onboarded(at=NOW)
+    command = in_flight_id(claimed)
+    at = NOW + MINUTE
+    asked = decide(claimed, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).schedule
+    done = at + SECOND
+    result = scan_succeeded(command, completed_at=done)
+    ended = decide(asked, result, now=done, config=DEFAULT_CONFIG)
+    assert ended.schedule is not None and ended.schedule.in_flight is None
+
+    told = decide(ended.schedule, issued_before_force(command), now=done, config=DEFAULT_CONFIG)
+
+    [request] = told.dispatch
+    assert request.reason is CommandReason.FORCE and request.due_at == done
+    assert told.schedule is not None and told.schedule.force_requested is False
+
+
+def test_answer_to_a_force_already_met_by_a_forced_command_changes_nothing() -> None:
+    claimed = onboarded(at=NOW)
+    command = in_flight_id(claimed)
+    done = NOW + MINUTE
+    ended = decide(
+        claimed, scan_succeeded(command, completed_at=done), now=done, config=DEFAULT_CONFIG
+    ).schedule
+    forced = decide(ended, scan_requested(at=done), now=done, config=DEFAULT_CONFIG).schedule
+    assert forced is not None and forced.in_flight is not None
+    assert forced.in_flight.reason is CommandReason.FORCE
+
+    told = decide(forced, issued_before_force(command), now=done, config=DEFAULT_CONFIG)
+
+    assert told.ignored == "force_already_claimed" and told.dispatch == ()
+    assert told.schedule is not None and told.schedule.force_requested is False
+
+
+def test_a_replayed_answer_to_a_force_is_absorbed() -> None:
+    claimed = onboarded(at=NOW)
+    command = in_flight_id(claimed)
+    at = NOW + MINUTE
+    asked = decide(claimed, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).schedule
+    told = decide(asked, issued_before_force(command), now=at, config=DEFAULT_CONFIG).schedule
+    done = at + MINUTE
+    after_forced_claim = decide(
+        told, scan_succeeded(command, completed_at=done), now=done, config=DEFAULT_CONFIG
+    ).schedule
+
+    replayed = issued_before_force(command)
+    again = decide(after_forced_claim, replayed, now=done, config=DEFAULT_CONFIG)
+
+    assert again.ignored == "duplicate_event" and again.dispatch == ()
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from schemas.internal import (
     HostDue,
     HostReplanRequested,
     HostSignal,
+    IssuedBeforeForce,
     SlotReleased,
 )
 from schemas.objects import ObjectEvent
@@ -266,6 +267,10 @@ def test_maintenance_duration_out_of_range_is_refused(hours: int) -> None:
         (HostDue(host_id=HOST, wake_at=NOW), HostSignal),
         (CommandIssued(host_id=HOST, command_id="c", issued_at=NOW, deadline=NOW), HostSignal),
         (CommandTimedOut(host_id=HOST, command_id="c", deadline=NOW), HostSignal),
+        (
+            IssuedBeforeForce(event_id=uuid.uuid4(), host_id=HOST, command_id="c"),
+            HostSignal,
+        ),
         (HostReplanRequested(host_id=HOST, config_version=3, initialize=True), HostSignal),
         (SlotReleased(command_id="c", outcome="timed_out"), DispatchMessage),
     ],
