@@ -125,8 +125,20 @@ class DispatcherWoken(Contract):
     at: Timestamp
 
 
+class DispatchBatch(Contract):
+    """Requests and releases of one pass of a stage, in the order they were made.
+
+    A stream pass costs the dispatcher more than the request it carries: the host stage sends
+    the claims of a whole due signal, or of a recovery, as one record."""
+
+    kind: Literal["dispatch.batch"] = "dispatch.batch"
+    messages: tuple[
+        Annotated[DispatchRequested | SlotReleased, Field(discriminator="kind")], ...
+    ] = Field(min_length=1)
+
+
 DispatchMessage = Annotated[
-    DispatchRequested | SlotReleased | DispatcherWoken,
+    DispatchRequested | SlotReleased | DispatcherWoken | DispatchBatch,
     Field(discriminator="kind"),
 ]
 

@@ -71,6 +71,10 @@ class DispatchQueue:
     def in_flight_ids(self) -> set[str]:
         return set(self._in_flight)
 
+    def waiting_request(self, command_id: str) -> DispatchRequested | None:
+        """The request of `command_id` if it waits for a slot (at its highest priority asked)."""
+        return self._waiting.get(command_id)
+
     def issued_before_force(self, request: DispatchRequested) -> bool:
         """A force request absorbed because its command went out at its earlier reason, or has
         ended: that command does not meet the force, and the host must be told to scan again.

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from collections import Counter, deque
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from kairos.floor.settings import Settings
 from schemas.commands import ScanCommand
 from schemas.internal import (
     CommandTimedOut,
+    DispatchBatch,
     DispatcherWoken,
     DispatchRequested,
     IssuedBeforeForce,
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 DISPATCH_KEY = b"dispatch"
 DISPATCH_PARTITION = 0
 """The dispatch queue and its table have one partition: one owner holds the fleet-wide cap."""
+MESSAGES_PER_BATCH = 500
+"""A host's claim is a few hundred bytes: 500 stay far below Kafka's 1 MiB message limit."""
 RELEASED_MARKER_KEPT = timedelta(minutes=30)
 """Scheduler time a released command's marker is kept: longer than any replay or re-request."""
 
@@ -84,6 +88,17 @@ class Dispatcher:
             self._names.dispatch_queue, DISPATCH_KEY, codec.encode(request), DISPATCH_PARTITION
         )
 
+    async def request_all(self, messages: Sequence[DispatchRequested | SlotReleased]) -> None:
+        """`request` for many, in their order, as few records as fit comfortably in one."""
+        if len(messages) == 1:
+            await self.request(messages[0])
+            return
+        for start in range(0, len(messages), MESSAGES_PER_BATCH):
+            batch = DispatchBatch(messages=tuple(messages[start : start + MESSAGES_PER_BATCH]))
+            await self._direct.send(
+                self._names.dispatch_queue, DISPATCH_KEY, codec.encode(batch), DISPATCH_PARTITION
+            )
+
     async def agent(self, stream: Any) -> None:
         await self._control.ready.wait()
         async for event in stream.events():
@@ -102,17 +117,20 @@ class Dispatcher:
         config = self._control.config
         direct = self._direct
         now = self._clock.now()
-        waiting: DispatchRequested | None = None
-        if isinstance(parsed, DispatchRequested):
-            if queue.request(parsed):
-                waiting = parsed
-            elif queue.issued_before_force(parsed):
-                await self._tell_issued_before_force(parsed)
-        elif isinstance(parsed, SlotReleased):
-            queue.release(parsed.command_id, parsed.outcome)
-            await self._mark_released(parsed.command_id, now)
-        elif isinstance(parsed, DispatcherWoken):
-            self._woken_pending = False
+        queued: dict[str, None] = {}
+        """Commands this record queued, in order: stored as waiting if they still are."""
+        messages = parsed.messages if isinstance(parsed, DispatchBatch) else (parsed,)
+        for message in messages:
+            if isinstance(message, DispatchRequested):
+                if queue.request(message):
+                    queued[message.command_id] = None
+                elif queue.issued_before_force(message):
+                    await self._tell_issued_before_force(message)
+            elif isinstance(message, SlotReleased):
+                queue.release(message.command_id, message.outcome)
+                await self._mark_released(message.command_id, now)
+            elif isinstance(message, DispatcherWoken):
+                self._woken_pending = False
         await self._forget_released_before(now - RELEASED_MARKER_KEPT)
         for expired in queue.expire(now):
             await self._mark_released(expired.command_id, now)
@@ -130,10 +148,13 @@ class Dispatcher:
             timeout=timedelta(seconds=config.scan_timeout_seconds),
             aging_minutes=config.priority_aging_minutes,
         )
-        if waiting is not None and waiting.command_id not in {i.request.command_id for i in issued}:
-            # Recorded as waiting only if it still is: an issued entry would replace it at once.
-            entry = codec.dumps({"request": waiting.model_dump(mode="json")})
-            await direct.put(table, waiting.command_id, entry, DISPATCH_PARTITION)
+        for command_id in queued:
+            # Recorded as waiting only if it still is: an issued entry would replace it at once,
+            # and a release in the same batch has left its marker.
+            waiting = queue.waiting_request(command_id)
+            if waiting is not None:
+                entry = codec.dumps({"request": waiting.model_dump(mode="json")})
+                await direct.put(table, command_id, entry, DISPATCH_PARTITION)
         for item in issued:
             command = item.command
             self._metrics.issued(

@@ -12,8 +12,10 @@ rebuilt from the table on recovery.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -91,6 +93,8 @@ class HostStage:
         self.guard = guard
         self._metrics = metrics
         self._counters = counters
+        self._gathered: list[DispatchRequested | SlotReleased] | None = None
+        """While a pass over many hosts runs: their requests, sent as one batch at its end."""
 
     async def agent(self, stream: Any) -> None:
         await self._control.ready.wait()
@@ -155,14 +159,17 @@ class HostStage:
         }[topic]
 
     async def _wake_hosts(self, due: HostsDue, topic: str, partition: int, offset: int) -> None:
-        """Each host as if it had its own HostDue; one host's failure parks only that host."""
+        """Each host as if it had its own HostDue; one host's failure parks only that host.
+
+        The claims go to the dispatcher as one batch once every host is woken."""
         holds_scanner = self.schedule_stage.holds_scanner
-        for host_id in due.host_ids:
-            signal = HostDue(host_id=host_id, wake_at=due.wake_at)
-            origin = (topic, partition, offset, host_id.encode(), codec.encode(signal))
-            await self.guard.handled(
-                origin, self._wake_host(host_id, partition, signal, holds_scanner)
-            )
+        async with self._gathering():
+            for host_id in due.host_ids:
+                signal = HostDue(host_id=host_id, wake_at=due.wake_at)
+                origin = (topic, partition, offset, host_id.encode(), codec.encode(signal))
+                await self.guard.handled(
+                    origin, self._wake_host(host_id, partition, signal, holds_scanner)
+                )
 
     async def _wake_host(
         self, host_id: str, partition: int, signal: HostDue, holds_scanner: Any
@@ -220,7 +227,24 @@ class HostStage:
 
     async def dispatch(self, message: DispatchRequested | SlotReleased) -> None:
         """Hand a request or a release to the dispatcher; the schedule stage's way there too."""
-        await self._dispatcher.request(message)
+        if self._gathered is not None:
+            self._gathered.append(message)
+        else:
+            await self._dispatcher.request(message)
+
+    @contextlib.asynccontextmanager
+    async def _gathering(self) -> AsyncIterator[None]:
+        """Requests made inside go to the dispatcher together, in order, when it ends.
+
+        Sent only if the pass completes: an input whose pass fails is not committed and is
+        read again, and a claim stored without its request is asked again on recovery."""
+        self._gathered = gathered = []
+        try:
+            yield
+        finally:
+            self._gathered = None
+        if gathered:
+            await self._dispatcher.request_all(gathered)
 
     def wake_host(self, host_id: str) -> None:
         """Look at the host at the next tick: what held its claim back has ended."""
@@ -248,16 +272,17 @@ class HostStage:
             self.due_index.clear()
             self.hosts_by_partition.rebuild(self.hosts.keys())
             config = self._control.config
-            for host_id, stored in list(self.hosts.items()):
-                try:
-                    schedule = HostSchedule.model_validate_json(stored)
-                except Exception as error:  # Faust would swallow it and stop the rebuild.
-                    await self.guard.unreadable_state(self.hosts, host_id, stored, error)
-                    continue
-                self.due_index.set(host_id, wake_at(schedule, config))
-                request = unissued_claim(schedule)
-                if request is not None:
-                    await self.dispatch(request)
+            async with self._gathering():
+                for host_id, stored in list(self.hosts.items()):
+                    try:
+                        schedule = HostSchedule.model_validate_json(stored)
+                    except Exception as error:  # Faust would swallow it and stop the rebuild.
+                        await self.guard.unreadable_state(self.hosts, host_id, stored, error)
+                        continue
+                    self.due_index.set(host_id, wake_at(schedule, config))
+                    request = unissued_claim(schedule)
+                    if request is not None:
+                        await self.dispatch(request)
             log.info("due index rebuilt: %d hosts", len(self.due_index))
 
         return rebuild()

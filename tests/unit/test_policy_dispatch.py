@@ -410,3 +410,17 @@ def test_a_force_for_a_command_already_out_at_its_scheduled_reason_is_answered()
     queue.release("out", ReleaseOutcome.COMPLETED)
     ended = dispatch_request("out", priority=10, reason=force)
     assert queue.request(ended) is False and queue.issued_before_force(ended) is True
+
+
+def test_the_waiting_request_is_the_highest_asked_and_gone_once_issued_or_released() -> None:
+    queue = DispatchQueue()
+    queue.request(dispatch_request("a", priority=3))
+    queue.request(dispatch_request("a", priority=7))
+    queue.request(dispatch_request("b", priority=3))
+
+    waiting = queue.waiting_request("a")
+    assert waiting is not None and waiting.priority == 7
+    queue.release("b", ReleaseOutcome.SUPERSEDED)
+    assert queue.waiting_request("b") is None
+    assert issued_ids(queue, cap=1) == ["a"]
+    assert queue.waiting_request("a") is None

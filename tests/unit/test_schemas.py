@@ -24,6 +24,7 @@ from schemas.config import SchedulerConfig
 from schemas.internal import (
     CommandIssued,
     CommandTimedOut,
+    DispatchBatch,
     DispatchMessage,
     HostDue,
     HostReplanRequested,
@@ -34,7 +35,15 @@ from schemas.internal import (
 from schemas.objects import ObjectEvent
 from schemas.results import ERROR_MAX_CHARS, ScanCompleted
 from schemas.state import HostSchedule
-from tests.unit.factories import HOST, NOW, issued, onboarded, scan_failed, scan_succeeded
+from tests.unit.factories import (
+    HOST,
+    NOW,
+    dispatch_request,
+    issued,
+    onboarded,
+    scan_failed,
+    scan_succeeded,
+)
 
 NAIVE = datetime(2026, 3, 1, 12, 0)
 schedule_change: TypeAdapter[Any] = TypeAdapter(ScheduleChange)
@@ -273,6 +282,15 @@ def test_maintenance_duration_out_of_range_is_refused(hours: int) -> None:
         ),
         (HostReplanRequested(host_id=HOST, config_version=3, initialize=True), HostSignal),
         (SlotReleased(command_id="c", outcome="timed_out"), DispatchMessage),
+        (
+            DispatchBatch(
+                messages=(
+                    dispatch_request("c", host_id=HOST),
+                    SlotReleased(command_id="c", outcome="completed"),
+                )
+            ),
+            DispatchMessage,
+        ),
     ],
 )
 def test_internal_message_round_trips_through_its_union(message: Any, adapter: Any) -> None:
@@ -307,3 +325,8 @@ def test_host_schedule_round_trips_through_json() -> None:
 
     assert restored == schedule
     assert restored.in_flight_command_id == schedule.in_flight_command_id is not None
+
+
+def test_an_empty_dispatch_batch_is_refused() -> None:
+    with pytest.raises(ValidationError, match="messages"):
+        TypeAdapter(DispatchMessage).validate_python({"kind": "dispatch.batch", "messages": []})
