@@ -60,6 +60,11 @@ def encode(model: BaseModel) -> bytes:
     return model.model_dump_json().encode()
 
 
+def dispatch_batch(encoded: list[bytes]) -> bytes:
+    """A `DispatchBatch` of messages each already encoded, without encoding them again."""
+    return b'{"kind":"dispatch.batch","messages":[' + b",".join(encoded) + b"]}"
+
+
 def dead_letter(
     *,
     source_topic: str,

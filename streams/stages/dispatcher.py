@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 DISPATCH_KEY = b"dispatch"
 DISPATCH_PARTITION = 0
 """The dispatch queue and its table have one partition: one owner holds the fleet-wide cap."""
-MESSAGES_PER_BATCH = 500
-"""A host's claim is a few hundred bytes: 500 stay far below Kafka's 1 MiB message limit."""
+BATCH_MAX_BYTES = 500_000
+"""Half of Kafka's default 1 MiB message limit: a batch never comes near it."""
 RELEASED_MARKER_KEPT = timedelta(minutes=30)
 """Scheduler time a released command's marker is kept: longer than any replay or re-request."""
 
@@ -89,15 +89,23 @@ class Dispatcher:
         )
 
     async def request_all(self, messages: Sequence[DispatchRequested | SlotReleased]) -> None:
-        """`request` for many, in their order, as few records as fit comfortably in one."""
-        if len(messages) == 1:
-            await self.request(messages[0])
-            return
-        for start in range(0, len(messages), MESSAGES_PER_BATCH):
-            batch = DispatchBatch(messages=tuple(messages[start : start + MESSAGES_PER_BATCH]))
-            await self._direct.send(
-                self._names.dispatch_queue, DISPATCH_KEY, codec.encode(batch), DISPATCH_PARTITION
-            )
+        """`request` for many, in their order, in as few records as stay well below Kafka's
+        message limit (a schedule's request carries its args, up to 16 KiB)."""
+        chunk: list[bytes] = []
+        size = 0
+        for message in messages:
+            encoded = codec.encode(message)
+            if chunk and size + len(encoded) > BATCH_MAX_BYTES:
+                await self._send_batch(chunk)
+                chunk, size = [], 0
+            chunk.append(encoded)
+            size += len(encoded) + 1
+        if chunk:
+            await self._send_batch(chunk)
+
+    async def _send_batch(self, encoded: list[bytes]) -> None:
+        value = encoded[0] if len(encoded) == 1 else codec.dispatch_batch(encoded)
+        await self._direct.send(self._names.dispatch_queue, DISPATCH_KEY, value, DISPATCH_PARTITION)
 
     async def agent(self, stream: Any) -> None:
         await self._control.ready.wait()

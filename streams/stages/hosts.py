@@ -163,7 +163,7 @@ class HostStage:
 
         The claims go to the dispatcher as one batch once every host is woken."""
         holds_scanner = self.schedule_stage.holds_scanner
-        async with self._gathering():
+        async with self.gathering():
             for host_id in due.host_ids:
                 signal = HostDue(host_id=host_id, wake_at=due.wake_at)
                 origin = (topic, partition, offset, host_id.encode(), codec.encode(signal))
@@ -233,18 +233,26 @@ class HostStage:
             await self._dispatcher.request(message)
 
     @contextlib.asynccontextmanager
-    async def _gathering(self) -> AsyncIterator[None]:
+    async def gathering(self) -> AsyncIterator[None]:
         """Requests made inside go to the dispatcher together, in order, when it ends.
 
-        Sent only if the pass completes: an input whose pass fails is not committed and is
-        read again, and a claim stored without its request is asked again on recovery."""
+        Also when it ends by an error: the requests of the claims already stored go out, as
+        they would have one by one. Inside another gathering, the outer one sends them."""
+        if self._gathered is not None:
+            yield
+            return
         self._gathered = gathered = []
         try:
             yield
         finally:
             self._gathered = None
-        if gathered:
-            await self._dispatcher.request_all(gathered)
+            if gathered:
+                await self._dispatcher.request_all(gathered)
+
+    async def signal(self, key: bytes, value: bytes, partition: int | None = None) -> None:
+        """A record on kairos-host-signals, sent directly: the schedule stage's signals take
+        this one path, so two of them for the same schedule keep their order."""
+        await self._direct.send(self.names.host_signals, key, value, partition)
 
     def wake_host(self, host_id: str) -> None:
         """Look at the host at the next tick: what held its claim back has ended."""
@@ -272,7 +280,7 @@ class HostStage:
             self.due_index.clear()
             self.hosts_by_partition.rebuild(self.hosts.keys())
             config = self._control.config
-            async with self._gathering():
+            async with self.gathering():
                 for host_id, stored in list(self.hosts.items()):
                     try:
                         schedule = HostSchedule.model_validate_json(stored)

@@ -20,6 +20,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Iterable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -94,10 +95,13 @@ class StageHost(Protocol):
     names: TopicNames
     hosts: Any
     hosts_by_partition: HostsByPartition
-    host_signals: Any
     guard: Guard
 
     async def dispatch(self, message: DispatchRequested | SlotReleased) -> None: ...
+
+    def gathering(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def signal(self, key: bytes, value: bytes, partition: int | None = None) -> None: ...
 
     def wake_host(self, host_id: str) -> None: ...
 
@@ -377,9 +381,7 @@ class ScheduleStage:
             )
         fan_out = codec.encode(ScheduleFanOut(schedule=schedule, run=run, expected=len(partitions)))
         for partition in partitions:
-            await self.worker.host_signals.send(
-                key=schedule.id.encode(), value=fan_out, partition=partition
-            )
+            await self.worker.signal(schedule.id.encode(), fan_out, partition)
         return state, False
 
     def _pending(self, schedule_id: str) -> PendingFanOuts:
@@ -516,35 +518,37 @@ class ScheduleStage:
             if partition_of(host_id, self.partitions) == partition
         )  # fmt: skip
         issued = 0
-        for request in dispatch_requests(schedule, run, mine, states=states):
-            entry = self._entry(request.command_id)
-            busy = busy_key(request.host_id, scanner)
-            held = self.commands.get(busy)
-            holder = self._entry(held.decode()) if held is not None else None
-            choice = fan_out_choice(
-                entry, held.decode() if held is not None else None, busy_entry=holder
-            )
-            if entry is None and request.host_id in adaptive_busy:
-                choice = FanOutChoice.BUSY
-            if choice is FanOutChoice.BUSY:
-                skipped_hosts["busy"] += 1
-                self.counters["skipped_busy"] += 1
-                continue
-            issued += 1
-            if choice is FanOutChoice.ENDED:
-                continue
-            if choice is FanOutChoice.SEND:
-                entry = CommandEntry(
-                    schedule_id=schedule.id,
-                    occurrence=run.occurrence,
-                    attempt=run.attempt,
-                    host_id=request.host_id,
-                    scanner=scanner,
-                    tracked=run.tracked,
+        # The claims of this partition's hosts go to the dispatcher as one record.
+        async with worker.gathering():
+            for request in dispatch_requests(schedule, run, mine, states=states):
+                entry = self._entry(request.command_id)
+                busy = busy_key(request.host_id, scanner)
+                held = self.commands.get(busy)
+                holder = self._entry(held.decode()) if held is not None else None
+                choice = fan_out_choice(
+                    entry, held.decode() if held is not None else None, busy_entry=holder
                 )
-                self.commands[request.command_id] = entry.model_dump_json().encode()
-            self.commands[busy] = request.command_id.encode()
-            await worker.dispatch(request)
+                if entry is None and request.host_id in adaptive_busy:
+                    choice = FanOutChoice.BUSY
+                if choice is FanOutChoice.BUSY:
+                    skipped_hosts["busy"] += 1
+                    self.counters["skipped_busy"] += 1
+                    continue
+                issued += 1
+                if choice is FanOutChoice.ENDED:
+                    continue
+                if choice is FanOutChoice.SEND:
+                    entry = CommandEntry(
+                        schedule_id=schedule.id,
+                        occurrence=run.occurrence,
+                        attempt=run.attempt,
+                        host_id=request.host_id,
+                        scanner=scanner,
+                        tracked=run.tracked,
+                    )
+                    self.commands[request.command_id] = entry.model_dump_json().encode()
+                self.commands[busy] = request.command_id.encode()
+                await worker.dispatch(request)
         done = ScheduleFanOutDone(
             schedule_id=schedule.id,
             run=run,
@@ -636,7 +640,7 @@ class ScheduleStage:
         return entry
 
     async def _signal(self, schedule_id: str, message: Contract) -> None:
-        await self.worker.host_signals.send(key=schedule_id.encode(), value=codec.encode(message))
+        await self.worker.signal(schedule_id.encode(), codec.encode(message))
 
     # --- recovery and the trigger index ------------------------------------------------
     def _rebuild_due_index(self) -> Awaitable[None]:

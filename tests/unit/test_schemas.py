@@ -35,6 +35,7 @@ from schemas.internal import (
 from schemas.objects import ObjectEvent
 from schemas.results import ERROR_MAX_CHARS, ScanCompleted
 from schemas.state import HostSchedule
+from streams import codec
 from tests.unit.factories import (
     HOST,
     NOW,
@@ -330,3 +331,15 @@ def test_host_schedule_round_trips_through_json() -> None:
 def test_an_empty_dispatch_batch_is_refused() -> None:
     with pytest.raises(ValidationError, match="messages"):
         TypeAdapter(DispatchMessage).validate_python({"kind": "dispatch.batch", "messages": []})
+
+
+def test_a_dispatch_batch_joined_from_encoded_messages_decodes_as_the_batch() -> None:
+    messages = (
+        dispatch_request("a", host_id=HOST),
+        SlotReleased(command_id="b", outcome="completed"),
+        dispatch_request("c", host_id=HOST),
+    )
+
+    joined = codec.dispatch_batch([codec.encode(message) for message in messages])
+
+    assert codec.decode(codec.dispatch_message, joined) == DispatchBatch(messages=messages)
