@@ -243,8 +243,7 @@ def _request_force(draft: _Draft, *, now: datetime) -> str | None:
     values = draft.values
     in_flight = values["in_flight"]
     if in_flight is None:
-        values["force_requested"] = True
-        values["next_scheduled_scan"] = min(values["next_scheduled_scan"], now)
+        _force_now(values, now)
         return None
     if in_flight["issued_at"] is None:
         # Hosts are not told when their command is issued, so it may still wait for a slot or
@@ -259,14 +258,18 @@ def _request_force(draft: _Draft, *, now: datetime) -> str | None:
     return None
 
 
+def _force_now(values: dict[str, Any], now: datetime) -> None:
+    """No command in flight: the forced scan is claimed by this very decision."""
+    values["force_requested"] = True
+    values["next_scheduled_scan"] = min(values["next_scheduled_scan"], now)
+
+
 def _force_after(draft: _Draft, notice: IssuedBeforeForce, *, now: datetime) -> str | None:
     """The command went out before the force reached the dispatcher: scan again after it."""
     values = draft.values
     in_flight = values["in_flight"]
     if in_flight is None:
-        # That command has already ended (its result or timeout came first): scan now.
-        values["force_requested"] = True
-        values["next_scheduled_scan"] = min(values["next_scheduled_scan"], now)
+        _force_now(values, now)  # That command has already ended (its result or timeout first).
         return None
     if in_flight["command_id"] != notice.command_id and in_flight["reason"] == CommandReason.FORCE:
         return "force_already_claimed"  # A forced command claimed since then meets it.
