@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from schemas.changes import ScheduleChange
 from schemas.commands import DeadLetter, ScanCommand
-from schemas.internal import ControlMessage, DispatchMessage, HostSignal, ScheduleSignal
+from schemas.internal import (
+    ControlMessage,
+    DispatchMessage,
+    DispatchRequested,
+    HostSignal,
+    ScheduleSignal,
+    SlotReleased,
+)
 from schemas.objects import ObjectEvent
 from schemas.results import ScanCompleted
 from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
@@ -24,6 +31,9 @@ schedule_change: TypeAdapter[Any] = TypeAdapter(ScheduleChange)
 scan_completed = TypeAdapter(ScanCompleted)
 host_signal: TypeAdapter[Any] = TypeAdapter(HostSignal)
 dispatch_message: TypeAdapter[Any] = TypeAdapter(DispatchMessage)
+dispatch_batch_item: TypeAdapter[Any] = TypeAdapter(
+    Annotated[DispatchRequested | SlotReleased, Field(discriminator="kind")]
+)
 control_message: TypeAdapter[Any] = TypeAdapter(ControlMessage)
 schedule_signal: TypeAdapter[Any] = TypeAdapter(ScheduleSignal)
 host_state_changed = TypeAdapter(HostStateChanged)
@@ -65,6 +75,35 @@ def dispatch_batch(encoded: list[bytes]) -> bytes:
     return b'{"kind":"dispatch.batch","messages":[' + b",".join(encoded) + b"]}"
 
 
+def split_dispatch_batch(
+    raw: bytes | None,
+) -> tuple[list[Any], list[tuple[int, bytes, str]]] | None:
+    """A dispatch batch that does not decode whole, read message by message.
+
+    Returns the messages that decode, in order, and each one that does not (its index, itself
+    encoded alone, the reason); None when `raw` is not a batch at all. One unreadable request, say
+    from a newer worker during a rolling upgrade, then costs only itself, not the claims and
+    releases beside it."""
+    try:
+        document = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or document.get("kind") != "dispatch.batch":
+        return None
+    items = document.get("messages")
+    if not isinstance(items, list):
+        return None
+    readable: list[Any] = []
+    unreadable: list[tuple[int, bytes, str]] = []
+    for index, item in enumerate(items):
+        encoded = json.dumps(item, separators=(",", ":")).encode()
+        try:
+            readable.append(decode(dispatch_batch_item, encoded))
+        except Undecodable as error:
+            unreadable.append((index, encoded, f"message {index} of a dispatch batch: {error}"))
+    return readable, unreadable
+
+
 def dead_letter(
     *,
     source_topic: str,
@@ -74,9 +113,13 @@ def dead_letter(
     raw: bytes | None,
     error: str,
     received_at: datetime,
+    part: int | None = None,
 ) -> DeadLetter:
+    """`part` tells apart the letters of one record, such as the messages of a batch."""
     text_key = _storable(key.decode("utf-8", "replace")) if key is not None else None
     identity = f"{source_topic}/{partition}/{offset}"
+    if part is not None:
+        identity += f"/{part}"
     return DeadLetter(
         event_id=message_id("dead-letter", identity),
         source_topic=source_topic,

@@ -74,7 +74,9 @@ class Guard:
         key: bytes | None,
         raw: bytes | None,
         reason: str,
+        part: int | None = None,
     ) -> None:
+        """`part`: which message of the record, when one record carries several."""
         self._counters["dead_letters"] += 1
         self._metrics.dead_letters.inc(1, topic)
         letter = codec.dead_letter(
@@ -85,6 +87,7 @@ class Guard:
             raw=raw,
             error=reason,
             received_at=self._clock.now(),
+            part=part,
         )
         log.warning("dead letter from %s[%s]@%s: %s", topic, partition, offset, reason)
         await self._topic.send(key=key, value=codec.encode(letter))

@@ -30,7 +30,7 @@ from schemas.internal import (
 from streams import codec
 from streams.codec import Undecodable
 from streams.direct import DirectSends
-from streams.guard import Guard
+from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
 from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
 from streams.policy.ids import message_id
@@ -115,9 +115,22 @@ class Dispatcher:
             try:
                 parsed = codec.decode(codec.dispatch_message, event.value)
             except Undecodable as error:
-                await self._guard.dead_letter(*origin, str(error))
-                continue
+                parsed = await self._readable_part(origin, str(error))
+                if parsed is None:
+                    continue
             await self._guard.handled(origin, self.handle(parsed))
+
+    async def _readable_part(self, origin: Origin, reason: str) -> DispatchBatch | None:
+        """What can still be handled of a record that did not decode: the readable messages of
+        a batch, each unreadable one dead-lettered alone; any other record is dead-lettered."""
+        split = codec.split_dispatch_batch(origin[4])
+        if split is None:
+            await self._guard.dead_letter(*origin, reason)
+            return None
+        readable, unreadable = split
+        for index, raw, why in unreadable:
+            await self._guard.dead_letter(*origin[:4], raw, why, part=index)
+        return DispatchBatch(messages=tuple(readable)) if readable else None
 
     async def handle(self, parsed: Any) -> None:
         queue = self.queue

@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 from kairos.floor.settings import Settings
+from schemas.base import CommandReason, ComplianceState
+from schemas.internal import DispatchRequested
 from schemas.topics import CONFIG_KEY
+from streams import codec
 from tests.support.agents import ScannerFleet, always
 from tests.support.factories import (
     config_updated,
@@ -324,6 +327,42 @@ async def test_invalid_inputs_go_to_dead_letters_with_the_reason(
     assert any("interval_critical" in error for error in errors)
     assert any("status" in error for error in errors)
     assert any("must equal the host id" in error for error in errors)
+
+
+async def test_an_unreadable_message_in_a_dispatch_batch_costs_only_itself(
+    settings: Settings, workers
+) -> None:
+    """A request from a newer worker (an unknown kind, say) is dead-lettered alone; the claim
+    beside it in the same record is still issued."""
+    workers(settings)
+    names = settings.topics
+    request = DispatchRequested(
+        command_id="batch-good-1",
+        host_id="batch-good",
+        priority=5,
+        due_at=datetime.now(UTC),
+        reason=CommandReason.SCHEDULED,
+        state=ComplianceState.UNKNOWN,
+        attempt=1,
+    )
+    unknown = b'{"kind":"dispatch.postponed","command_id":"batch-bad-1"}'
+    batch = codec.dispatch_batch([unknown, codec.encode(request)])
+    producer = await start_producer(settings)
+    async with Collector(settings, names.dead_letters, names.scan_commands) as collected:
+        await publish(producer, names.dispatch_queue, "dispatch", batch)
+        await collected.wait_for(
+            lambda: (
+                collected.values(names.dead_letters) and collected.values(names.scan_commands)
+            ),
+            timeout=30,
+            what="the bad message dead-lettered and the good request issued",
+        )
+    await producer.stop()
+    [letter] = collected.values(names.dead_letters)
+    assert letter["error"].startswith("message 0 of a dispatch batch")
+    assert "batch-bad-1" in letter["raw"] and "batch-good" not in letter["raw"]
+    [command] = collected.values(names.scan_commands)
+    assert command["command_id"] == "batch-good-1"
 
 
 async def test_results_for_a_deleted_host_are_ignored(settings: Settings, workers) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -343,3 +344,40 @@ def test_a_dispatch_batch_joined_from_encoded_messages_decodes_as_the_batch() ->
     joined = codec.dispatch_batch([codec.encode(message) for message in messages])
 
     assert codec.decode(codec.dispatch_message, joined) == DispatchBatch(messages=messages)
+
+
+def test_a_dispatch_batch_with_an_unreadable_message_is_read_message_by_message() -> None:
+    good = (dispatch_request("a", host_id=HOST), SlotReleased(command_id="b", outcome="completed"))
+    unknown_kind = b'{"kind":"dispatch.postponed","command_id":"c"}'
+    joined = codec.dispatch_batch([codec.encode(good[0]), unknown_kind, codec.encode(good[1])])
+    with pytest.raises(codec.Undecodable):
+        codec.decode(codec.dispatch_message, joined)
+
+    split = codec.split_dispatch_batch(joined)
+
+    assert split is not None
+    readable, unreadable = split
+    assert readable == list(good)
+    [(index, raw, reason)] = unreadable
+    assert index == 1
+    assert json.loads(raw) == json.loads(unknown_kind)
+    assert reason.startswith("message 1 of a dispatch batch: schema validation failed")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"not json", b'{"kind":"slot.released"}', b'{"kind":"dispatch.batch","messages":7}', None],
+)
+def test_only_a_batch_is_read_message_by_message(raw: bytes | None) -> None:
+    assert codec.split_dispatch_batch(raw) is None
+
+
+def test_dead_letters_of_one_record_are_told_apart_by_part() -> None:
+    def letter(part: int | None) -> Any:
+        return codec.dead_letter(
+            source_topic="t", partition=0, offset=5, key=None, raw=b"x", error="e",
+            received_at=NOW, part=part,
+        )
+
+    assert letter(None).event_id == letter(None).event_id
+    assert len({letter(None).event_id, letter(0).event_id, letter(1).event_id}) == 3
