@@ -121,7 +121,7 @@ class Worker:
             metrics=self.metrics,
             counters=self.counters,
         )
-        self.schedule_stage = ScheduleStage(self.host_stage, app)
+        self.schedule_stage = ScheduleStage(self.host_stage, app, direct)
         self.host_stage.schedule_stage = self.schedule_stage
         hosts.on_recover(self.host_stage.rebuild)
         dispatcher_table.on_recover(self.dispatcher.rebuild)

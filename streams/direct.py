@@ -14,6 +14,7 @@ import asyncio
 from typing import Any
 
 import faust
+from faust import current_event
 from faust.exceptions import NotReady
 
 
@@ -49,3 +50,11 @@ class DirectSends:
         else:
             table.data[key] = value
         return acked
+
+    async def put_here(self, table: Any, key: str, value: bytes | None) -> None:
+        """`put` to the partition of the input being handled: where `table[key] = value` would
+        write (Faust's tables live on their inputs' partitions)."""
+        event = current_event()
+        if event is None:
+            raise RuntimeError(f"{table.name}[{key!r}] written outside the handling of an input")
+        await self.put(table, key, value, event.message.partition)

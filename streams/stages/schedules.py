@@ -55,6 +55,7 @@ from schemas.state import HostSchedule
 from schemas.topics import TopicNames
 from streams import codec, topology
 from streams.codec import Undecodable
+from streams.direct import DirectSends
 from streams.due_index import DueIndex
 from streams.guard import Guard
 from streams.partition_index import HostsByPartition, partition_of
@@ -155,17 +156,17 @@ def skip_reason(skipped_hosts: dict[str, int]) -> str:
 class ScheduleStage:
     """Tables and in-memory indexes of the schedule stage, beside the host stage in one worker."""
 
-    def __init__(self, worker: StageHost, app: Any) -> None:
+    def __init__(self, worker: StageHost, app: Any, direct: DirectSends) -> None:
         self.worker = worker
         settings = worker.settings
         self.partitions = settings.partitions
         self.due_index = DueIndex()
         self.triggers: dict[str, Schedule] = {}
         self.counters: Counter[str] = Counter()
-        raw = {"key_serializer": "raw", "value_serializer": "raw"}
-        self.records = app.topic(worker.names.schedules, **raw)
-        self.runs = app.topic(worker.names.schedule_runs, **raw)
-        self.changes = app.topic(worker.names.schedule_changes, **raw)
+        self._names = worker.names
+        # Every table write and send of this stage goes straight to the producer, as the host
+        # stage's do (see `streams.direct`): Faust's per-record path cost more than the stage.
+        self._direct = direct
         self.table = topology.SCHEDULES.declare(app, settings)
         self.fanouts = topology.SCHEDULE_FANOUTS.declare(app, settings)
         # Host side, the ledger of `streams.policy.schedule_commands`: command id -> entry;
@@ -249,7 +250,7 @@ class ScheduleStage:
             return False
         if succeeded and entry.ended_by == origin:
             last = last_scan_key(result.host_id, entry.scanner)
-            self.commands[last] = result.completed_at.isoformat().encode()
+            await self._put(self.commands, last, result.completed_at.isoformat().encode())
         return True
 
     async def command_timed_out(self, signal: CommandTimedOut, origin: str) -> bool:
@@ -286,7 +287,7 @@ class ScheduleStage:
             state, started_changed = await self._start(state, run, now)
             changed = changed or started_changed
         for event in decision.events:
-            await self.changes.send(key=schedule_id.encode(), value=codec.encode(event))
+            await self._send(self._names.schedule_changes, schedule_id, codec.encode(event))
         incarnation = state.incarnation if state else None
         await self._record_dropped(schedule_id, incarnation, decision.dropped, now)
         await self._record_concluded(schedule_id, incarnation, decision.concluded, now)
@@ -314,7 +315,7 @@ class ScheduleStage:
                 skip_reason=occurrence.reason,
                 incarnation=incarnation,
             )
-            await self.runs.send(key=schedule_id.encode(), value=codec.encode(record))
+            await self._send(self._names.schedule_runs, schedule_id, codec.encode(record))
 
     async def _record_concluded(
         self,
@@ -338,7 +339,7 @@ class ScheduleStage:
                 error=run.error,
                 incarnation=incarnation,
             )
-            await self.runs.send(key=schedule_id.encode(), value=codec.encode(record))
+            await self._send(self._names.schedule_runs, schedule_id, codec.encode(record))
 
     async def _store(
         self,
@@ -348,18 +349,19 @@ class ScheduleStage:
         now: datetime,
     ) -> None:
         if state is None:
-            self.table.pop(schedule_id, None)
-            self.fanouts.pop(schedule_id, None)
+            await self._delete(self.table, schedule_id)
+            await self._delete(self.fanouts, schedule_id)
             counted = _counted_key(schedule_id, "")
             for key in [k for k in list(self.fanouts.keys()) if k.startswith(counted)]:
-                self.fanouts.pop(key, None)
+                await self._delete(self.fanouts, key)
         else:
-            self.table[schedule_id] = state.model_dump_json(exclude_none=True).encode()
+            encoded = state.model_dump_json(exclude_none=True).encode()
+            await self._put(self.table, schedule_id, encoded)
         version = state.version if state else (before.version + 1 if before else 0)
         change = ScheduleStateChanged(
             schedule_id=schedule_id, version=version, state=state, changed_at=now
         )
-        await self.records.send(key=schedule_id.encode(), value=codec.encode(change))
+        await self._send(self._names.schedules, schedule_id, codec.encode(change))
         self.due_index.set(schedule_id, wake_at(state) if state else None)
 
     async def _start(
@@ -376,7 +378,7 @@ class ScheduleStage:
         if not partitions:
             return await self._dispatched(state, run, 0, 0, now, {})
         if run.tracked:
-            self._keep_pending(
+            await self._keep_pending(
                 schedule.id, fanned_out(self._pending(schedule.id), run, len(partitions))
             )
         fan_out = codec.encode(ScheduleFanOut(schedule=schedule, run=run, expected=len(partitions)))
@@ -388,8 +390,9 @@ class ScheduleStage:
         stored = self.fanouts.get(schedule_id)
         return PendingFanOuts.model_validate_json(stored) if stored else PendingFanOuts()
 
-    def _keep_pending(self, schedule_id: str, pending: PendingFanOuts) -> None:
-        self.fanouts[schedule_id] = pending.model_dump_json(exclude_none=True).encode()
+    async def _keep_pending(self, schedule_id: str, pending: PendingFanOuts) -> None:
+        encoded = pending.model_dump_json(exclude_none=True).encode()
+        await self._put(self.fanouts, schedule_id, encoded)
 
     async def _collect(
         self, state: ScheduleState | None, done: ScheduleFanOutDone, now: datetime
@@ -404,7 +407,7 @@ class ScheduleStage:
         if result.duplicate:
             self.counters["duplicate_fanout_reply"] += 1
             return
-        self._keep_pending(state.schedule.id, result.pending)
+        await self._keep_pending(state.schedule.id, result.pending)
         tally = result.dispatched
         if tally is None:
             return
@@ -459,7 +462,7 @@ class ScheduleStage:
             skip_reason=None if issued else skip_reason(skipped_hosts),
             skipped_hosts=skipped_hosts,
         )
-        await self.runs.send(key=run.schedule_id.encode(), value=codec.encode(record))
+        await self._send(self._names.schedule_runs, run.schedule_id, codec.encode(record))
 
     async def _run_command_ended(
         self, state: ScheduleState | None, ended: ScheduleCommandEnded, now: datetime
@@ -485,10 +488,11 @@ class ScheduleStage:
         )
         if decision.ignored == "not_dispatched":
             # The result overtook the run's last fan-out reply: keep it until that comes.
-            self._keep_pending(state.schedule.id, held(self._pending(state.schedule.id), ended))
+            pending = held(self._pending(state.schedule.id), ended)
+            await self._keep_pending(state.schedule.id, pending)
             return
         if decision.ignored is None:
-            self.fanouts[counted] = codec.dumps(list(remembered))
+            await self._put(self.fanouts, counted, codec.dumps(list(remembered)))
         await self._settle(state.schedule.id, state, decision, now)
 
     # --- the host side of a fan-out ----------------------------------------------------
@@ -546,8 +550,9 @@ class ScheduleStage:
                         scanner=scanner,
                         tracked=run.tracked,
                     )
-                    self.commands[request.command_id] = entry.model_dump_json().encode()
-                self.commands[busy] = request.command_id.encode()
+                    encoded = entry.model_dump_json().encode()
+                    await self._put(self.commands, request.command_id, encoded)
+                await self._put(self.commands, busy, request.command_id.encode())
                 await worker.dispatch(request)
         done = ScheduleFanOutDone(
             schedule_id=schedule.id,
@@ -610,18 +615,18 @@ class ScheduleStage:
             return entry
         if choice is EndChoice.END:
             entry = marked_ended(entry, outcome, error, origin)
-            self.commands[command_id] = entry.model_dump_json().encode()
+            await self._put(self.commands, command_id, entry.model_dump_json().encode())
             busy = busy_key(host_id, entry.scanner)
             held = self.commands.get(busy)
             if held is not None and held.decode() == command_id:
-                self.commands.pop(busy, None)
+                await self._delete(self.commands, busy)
                 if entry.scanner == ADAPTIVE_SCANNER:
                     self.worker.wake_host(host_id)  # Its adaptive claim may be waiting.
             newest = last_ended_key(host_id, entry.scanner)
             previous = self.commands.get(newest)
             if previous is not None and previous.decode() != command_id:
-                self.commands.pop(previous.decode(), None)
-            self.commands[newest] = command_id.encode()
+                await self._delete(self.commands, previous.decode())
+            await self._put(self.commands, newest, command_id.encode())
         assert entry.ended is not None
         if entry.ended is not ReleaseOutcome.TIMED_OUT:
             release = SlotReleased(command_id=command_id, outcome=entry.ended)
@@ -641,6 +646,18 @@ class ScheduleStage:
 
     async def _signal(self, schedule_id: str, message: Contract) -> None:
         await self.worker.signal(schedule_id.encode(), codec.encode(message))
+
+    async def _send(self, topic: str, schedule_id: str, value: bytes) -> None:
+        """A record keyed by schedule id, straight to the producer like every other send here:
+        one path, so two records for the same schedule keep their order."""
+        await self._direct.send(topic, schedule_id.encode(), value)
+
+    async def _put(self, table: Any, key: str, value: bytes) -> None:
+        await self._direct.put_here(table, key, value)
+
+    async def _delete(self, table: Any, key: str) -> None:
+        if key in table.data:  # As `table.pop(key, None)`: no tombstone for a key never set.
+            await self._direct.put_here(table, key, None)
 
     # --- recovery and the trigger index ------------------------------------------------
     def _rebuild_due_index(self) -> Awaitable[None]:
