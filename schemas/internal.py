@@ -171,6 +171,19 @@ class ScheduleDue(Contract):
     wake_at: Timestamp
 
 
+class SchedulesDue(Contract):
+    """The due index's schedules of one partition whose wake-up times came in one tick.
+
+    As `HostsDue` for hosts: one signal per partition and tick instead of one `ScheduleDue`
+    per schedule; sent to the schedules' partition (no key), so the table writes it makes land
+    in the right changelog partition. Each schedule is handled as its own `ScheduleDue`.
+    """
+
+    kind: Literal["schedule.due.batch"] = "schedule.due.batch"
+    schedule_ids: tuple[str, ...] = Field(min_length=1)
+    wake_at: Timestamp
+
+
 class ScheduleFanOut(Contract):
     """Select and dispatch the targets of `run` held in the partition this is sent to."""
 
@@ -216,6 +229,11 @@ class ScheduleObjectEvent(Contract):
 
 
 ScheduleSignal = Annotated[
-    ScheduleDue | ScheduleFanOut | ScheduleFanOutDone | ScheduleCommandEnded | ScheduleObjectEvent,
+    ScheduleDue
+    | SchedulesDue
+    | ScheduleFanOut
+    | ScheduleFanOutDone
+    | ScheduleCommandEnded
+    | ScheduleObjectEvent,
     Field(discriminator="kind"),
 ]

@@ -249,7 +249,9 @@ class HostStage:
             if gathered:
                 await self._dispatcher.request_all(gathered)
 
-    async def signal(self, key: bytes, value: bytes, partition: int | None = None) -> None:
+    async def signal(
+        self, key: bytes | None, value: bytes, partition: int | None = None
+    ) -> None:
         """A record on kairos-host-signals, sent directly: the schedule stage's signals take
         this one path, so two of them for the same schedule keep their order."""
         await self._direct.send(self.names.host_signals, key, value, partition)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
@@ -39,6 +39,7 @@ from schemas.internal import (
     ScheduleFanOut,
     ScheduleFanOutDone,
     ScheduleObjectEvent,
+    SchedulesDue,
     SlotReleased,
 )
 from schemas.objects import ObjectEvent
@@ -102,13 +103,17 @@ class StageHost(Protocol):
 
     def gathering(self) -> AbstractAsyncContextManager[None]: ...
 
-    async def signal(self, key: bytes, value: bytes, partition: int | None = None) -> None: ...
+    async def signal(
+        self, key: bytes | None, value: bytes, partition: int | None = None
+    ) -> None: ...
 
     def wake_host(self, host_id: str) -> None: ...
 
 
 log = logging.getLogger(__name__)
 
+SCHEDULES_PER_DUE_SIGNAL = 1000
+"""Keeps a SchedulesDue signal far below Kafka's 1 MiB message limit (ids of at most 128 characters)."""
 RUN_TIMEOUT = timedelta(hours=24)
 """A tracked run still waiting for results after this is concluded as failed (lost replies)."""
 
@@ -194,12 +199,33 @@ class ScheduleStage:
         if isinstance(parsed, ScheduleFanOut):
             await self._fan_out_here(parsed, partition, now)
             return
+        if isinstance(parsed, SchedulesDue):
+            await self._wake_schedules(parsed, topic, partition, offset, now)
+            return
         schedule_id: str = parsed.schedule_id
         if key is None or key.decode("utf-8", "replace") != schedule_id:
             reason = f"key {key!r} must equal the schedule id {schedule_id!r}"
             await worker.guard.dead_letter(topic, partition, offset, key, raw, reason)
             return
-        await self._handle_keyed(schedule_id, parsed, now, (topic, partition, offset, key, raw))
+        await self._handle_due_or_keyed(
+            schedule_id, parsed, now, (topic, partition, offset, key, raw)
+        )
+
+    async def _wake_schedules(
+        self, due: SchedulesDue, topic: str, partition: int, offset: int, now: datetime
+    ) -> None:
+        """Each schedule as if it had its own `ScheduleDue`; one's failure parks only that one."""
+        for schedule_id in due.schedule_ids:
+            signal = ScheduleDue(schedule_id=schedule_id, wake_at=due.wake_at)
+            origin = (topic, partition, offset, schedule_id.encode(), codec.encode(signal))
+            await self.worker.guard.handled(
+                origin, self._handle_due_or_keyed(schedule_id, signal, now, origin)
+            )
+
+    async def _handle_due_or_keyed(
+        self, schedule_id: str, parsed: Any, now: datetime, origin: tuple[Any, ...]
+    ) -> None:
+        await self._handle_keyed(schedule_id, parsed, now, origin)
         # Whatever happened, the due index follows the stored state (a tick popped it).
         after = self._load(schedule_id)
         self.due_index.set(schedule_id, wake_at(after) if after else None)
@@ -262,8 +288,17 @@ class ScheduleStage:
 
     # --- the timer --------------------------------------------------------------------
     async def tick(self, now: datetime) -> None:
-        for schedule_id, woke_at in self.due_index.pop_due(now):
-            await self._signal(schedule_id, ScheduleDue(schedule_id=schedule_id, wake_at=woke_at))
+        """One `SchedulesDue` per partition for the schedules due by `now`."""
+        due_by_partition: dict[int, list[str]] = defaultdict(list)
+        for schedule_id, _ in self.due_index.pop_due(now):
+            due_by_partition[partition_of(schedule_id, self.partitions)].append(schedule_id)
+        for partition, schedule_ids in due_by_partition.items():
+            for start in range(0, len(schedule_ids), SCHEDULES_PER_DUE_SIGNAL):
+                signal = SchedulesDue(
+                    schedule_ids=tuple(schedule_ids[start : start + SCHEDULES_PER_DUE_SIGNAL]),
+                    wake_at=now,
+                )
+                await self.worker.signal(None, codec.encode(signal), partition)
 
     # --- state ------------------------------------------------------------------------
     def _load(self, schedule_id: str) -> ScheduleState | None:

@@ -31,12 +31,15 @@ from schemas.internal import (
     HostReplanRequested,
     HostSignal,
     IssuedBeforeForce,
+    ScheduleDue,
+    SchedulesDue,
     SlotReleased,
 )
 from schemas.objects import ObjectEvent
 from schemas.results import ERROR_MAX_CHARS, ScanCompleted
 from schemas.state import HostSchedule
 from streams import codec
+from streams.stages.schedules import is_schedule_message
 from tests.unit.factories import (
     HOST,
     NOW,
@@ -381,3 +384,14 @@ def test_dead_letters_of_one_record_are_told_apart_by_part() -> None:
 
     assert letter(None).event_id == letter(None).event_id
     assert len({letter(None).event_id, letter(0).event_id, letter(1).event_id}) == 3
+
+
+def test_a_schedules_due_signal_is_told_from_a_single_schedule_due() -> None:
+    many = SchedulesDue(schedule_ids=("nightly", "weekly"), wake_at=NOW)
+    one = ScheduleDue(schedule_id="nightly", wake_at=NOW)
+
+    assert codec.decode(codec.schedule_signal, codec.encode(many)) == many
+    assert codec.decode(codec.schedule_signal, codec.encode(one)) == one
+    assert is_schedule_message(codec.encode(many))  # The host stage hands it on.
+    with pytest.raises(ValidationError, match="schedule_ids"):
+        SchedulesDue(schedule_ids=(), wake_at=NOW)
