@@ -193,6 +193,14 @@ class ScheduleFanOut(Contract):
     expected: int = Field(description="How many partitions the run was sent to.")
 
 
+class ScheduleFanOuts(Contract):
+    """The fan-outs of one pass that go to the same partition, as one record; each is handled
+    there as if it came alone, and their claims reach the dispatcher together."""
+
+    kind: Literal["schedule.fanout.batch"] = "schedule.fanout.batch"
+    fan_outs: tuple[ScheduleFanOut, ...] = Field(min_length=1)
+
+
 class ScheduleFanOutDone(Contract):
     """One partition's part of a run: how many commands it sent (key = schedule id)."""
 
@@ -232,6 +240,7 @@ ScheduleSignal = Annotated[
     ScheduleDue
     | SchedulesDue
     | ScheduleFanOut
+    | ScheduleFanOuts
     | ScheduleFanOutDone
     | ScheduleCommandEnded
     | ScheduleObjectEvent,

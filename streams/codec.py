@@ -75,6 +75,11 @@ def dispatch_batch(encoded: list[bytes]) -> bytes:
     return b'{"kind":"dispatch.batch","messages":[' + b",".join(encoded) + b"]}"
 
 
+def schedule_fan_outs(encoded: list[bytes]) -> bytes:
+    """A `ScheduleFanOuts` of fan-outs each already encoded, without encoding them again."""
+    return b'{"kind":"schedule.fanout.batch","fan_outs":[' + b",".join(encoded) + b"]}"
+
+
 def split_dispatch_batch(
     raw: bytes | None,
 ) -> tuple[list[Any], list[tuple[int, bytes, str]]] | None:

@@ -16,10 +16,11 @@ recorded. Command ends come back as `ScheduleCommandEnded` for `run_finished`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ from schemas.internal import (
     ScheduleDue,
     ScheduleFanOut,
     ScheduleFanOutDone,
+    ScheduleFanOuts,
     ScheduleObjectEvent,
     SchedulesDue,
     SlotReleased,
@@ -112,8 +114,10 @@ class StageHost(Protocol):
 
 log = logging.getLogger(__name__)
 
+FAN_OUTS_MAX_BYTES = 500_000
+"""A ScheduleFanOuts record stays at half of Kafka's 1 MiB message limit."""
 SCHEDULES_PER_DUE_SIGNAL = 1000
-"""Keeps a SchedulesDue signal far below Kafka's 1 MiB message limit (ids of at most 128 characters)."""
+"""Keeps a SchedulesDue signal far below Kafka's 1 MiB message limit (ids: 128 chars at most)."""
 RUN_TIMEOUT = timedelta(hours=24)
 """A tracked run still waiting for results after this is concluded as failed (lost replies)."""
 
@@ -169,6 +173,8 @@ class ScheduleStage:
         self.triggers: dict[str, Schedule] = {}
         self.counters: Counter[str] = Counter()
         self._names = worker.names
+        self._fan_outs: defaultdict[int, list[bytes]] | None = None
+        """While a pass over many schedules runs: its fan-outs by destination partition."""
         # Every table write and send of this stage goes straight to the producer, as the host
         # stage's do (see `streams.direct`): Faust's per-record path cost more than the stage.
         self._direct = direct
@@ -199,6 +205,9 @@ class ScheduleStage:
         if isinstance(parsed, ScheduleFanOut):
             await self._fan_out_here(parsed, partition, now)
             return
+        if isinstance(parsed, ScheduleFanOuts):
+            await self._fan_outs_here(parsed, topic, partition, offset, now)
+            return
         if isinstance(parsed, SchedulesDue):
             await self._wake_schedules(parsed, topic, partition, offset, now)
             return
@@ -214,13 +223,56 @@ class ScheduleStage:
     async def _wake_schedules(
         self, due: SchedulesDue, topic: str, partition: int, offset: int, now: datetime
     ) -> None:
-        """Each schedule as if it had its own `ScheduleDue`; one's failure parks only that one."""
-        for schedule_id in due.schedule_ids:
-            signal = ScheduleDue(schedule_id=schedule_id, wake_at=due.wake_at)
-            origin = (topic, partition, offset, schedule_id.encode(), codec.encode(signal))
-            await self.worker.guard.handled(
-                origin, self._handle_due_or_keyed(schedule_id, signal, now, origin)
-            )
+        """Each schedule as if it had its own `ScheduleDue`; one's failure parks only that one.
+
+        The runs they start are fanned out at the end, one record per destination partition."""
+        async with self._gathering_fan_outs():
+            for schedule_id in due.schedule_ids:
+                signal = ScheduleDue(schedule_id=schedule_id, wake_at=due.wake_at)
+                origin = (topic, partition, offset, schedule_id.encode(), codec.encode(signal))
+                await self.worker.guard.handled(
+                    origin, self._handle_due_or_keyed(schedule_id, signal, now, origin)
+                )
+
+    @contextlib.asynccontextmanager
+    async def _gathering_fan_outs(self) -> AsyncIterator[None]:
+        """Fan-outs made inside go out when it ends (also by an error), one record per
+        destination partition: a stream pass there costs more than the fan-out it carries."""
+        if self._fan_outs is not None:
+            yield
+            return
+        self._fan_outs = gathered = defaultdict(list)
+        try:
+            yield
+        finally:
+            self._fan_outs = None
+            for partition, encoded in gathered.items():
+                await self._send_fan_outs(partition, encoded)
+
+    async def _send_fan_outs(self, partition: int, encoded: list[bytes]) -> None:
+        """In records that stay well below Kafka's message limit (a schedule's args alone may
+        be 16 KiB)."""
+        chunk: list[bytes] = []
+        size = 0
+        for fan_out in [*encoded, None]:
+            if chunk and (fan_out is None or size + len(fan_out) > FAN_OUTS_MAX_BYTES):
+                value = chunk[0] if len(chunk) == 1 else codec.schedule_fan_outs(chunk)
+                await self.worker.signal(None, value, partition)
+                chunk, size = [], 0
+            if fan_out is not None:
+                chunk.append(fan_out)
+                size += len(fan_out) + 1
+
+    async def _fan_outs_here(
+        self, batch: ScheduleFanOuts, topic: str, partition: int, offset: int, now: datetime
+    ) -> None:
+        """Each fan-out as if it came alone, under its own guard; one record of claims."""
+        worker = self.worker
+        async with worker.gathering():
+            for fan_out in batch.fan_outs:
+                key = fan_out.schedule.id.encode()
+                origin = (topic, partition, offset, key, codec.encode(fan_out))
+                await worker.guard.handled(origin, self._fan_out_here(fan_out, partition, now))
 
     async def _handle_due_or_keyed(
         self, schedule_id: str, parsed: Any, now: datetime, origin: tuple[Any, ...]
@@ -418,7 +470,10 @@ class ScheduleStage:
             )
         fan_out = codec.encode(ScheduleFanOut(schedule=schedule, run=run, expected=len(partitions)))
         for partition in partitions:
-            await self.worker.signal(schedule.id.encode(), fan_out, partition)
+            if self._fan_outs is not None:
+                self._fan_outs[partition].append(fan_out)
+            else:
+                await self.worker.signal(schedule.id.encode(), fan_out, partition)
         return state, False
 
     def _pending(self, schedule_id: str) -> PendingFanOuts:

@@ -32,11 +32,14 @@ from schemas.internal import (
     HostSignal,
     IssuedBeforeForce,
     ScheduleDue,
+    ScheduleFanOut,
+    ScheduleFanOuts,
     SchedulesDue,
     SlotReleased,
 )
 from schemas.objects import ObjectEvent
 from schemas.results import ERROR_MAX_CHARS, ScanCompleted
+from schemas.schedules import RunPlan
 from schemas.state import HostSchedule
 from streams import codec
 from streams.stages.schedules import is_schedule_message
@@ -49,6 +52,7 @@ from tests.unit.factories import (
     scan_failed,
     scan_succeeded,
 )
+from tests.unit.test_schedules_factories import cron, schedule
 
 NAIVE = datetime(2026, 3, 1, 12, 0)
 schedule_change: TypeAdapter[Any] = TypeAdapter(ScheduleChange)
@@ -395,3 +399,19 @@ def test_a_schedules_due_signal_is_told_from_a_single_schedule_due() -> None:
     assert is_schedule_message(codec.encode(many))  # The host stage hands it on.
     with pytest.raises(ValidationError, match="schedule_ids"):
         SchedulesDue(schedule_ids=(), wake_at=NOW)
+
+
+def test_fan_outs_joined_from_encoded_fan_outs_decode_as_one_batch() -> None:
+    fan_outs = tuple(
+        ScheduleFanOut(
+            schedule=schedule(cron("* * * * *"), schedule_id=schedule_id),
+            run=RunPlan(schedule_id=schedule_id, occurrence=NOW, due_at=NOW),
+            expected=1,
+        )
+        for schedule_id in ("nightly", "weekly")
+    )
+
+    joined = codec.schedule_fan_outs([codec.encode(fan_out) for fan_out in fan_outs])
+
+    assert codec.decode(codec.schedule_signal, joined) == ScheduleFanOuts(fan_outs=fan_outs)
+    assert is_schedule_message(joined)
