@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -73,6 +74,21 @@ def encode(model: BaseModel) -> bytes:
 def dispatch_batch(encoded: list[bytes]) -> bytes:
     """A `DispatchBatch` of messages each already encoded, without encoding them again."""
     return b'{"kind":"dispatch.batch","messages":[' + b",".join(encoded) + b"]}"
+
+
+def size_bounded(encoded: Iterable[bytes], max_bytes: int) -> Iterator[list[bytes]]:
+    """`encoded` in consecutive runs whose joined size stays within `max_bytes`, to be sent as
+    one record each (a message over the bound alone goes alone)."""
+    chunk: list[bytes] = []
+    size = 0
+    for message in encoded:
+        if chunk and size + len(message) > max_bytes:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(message)
+        size += len(message) + 1
+    if chunk:
+        yield chunk
 
 
 def schedule_fan_outs(encoded: list[bytes]) -> bytes:

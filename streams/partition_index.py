@@ -7,7 +7,7 @@ partition's part of a run would walk (and hash) every host the worker holds.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from aiokafka.partitioner import murmur2
 
@@ -15,6 +15,19 @@ from aiokafka.partitioner import murmur2
 def partition_of(key: str, partitions: int) -> int:
     """The partition the producers' default partitioner picks for `key` (murmur2, as Java)."""
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def by_partition(
+    keys: Iterable[str], partitions: int, per_group: int
+) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """`keys` grouped by their partition, in groups of at most `per_group`, each partition's
+    keys in the order given: one due signal per group."""
+    grouped: defaultdict[int, list[str]] = defaultdict(list)
+    for key in keys:
+        grouped[partition_of(key, partitions)].append(key)
+    for partition, members in grouped.items():
+        for start in range(0, len(members), per_group):
+            yield partition, tuple(members[start : start + per_group])
 
 
 class HostsByPartition:

@@ -91,16 +91,8 @@ class Dispatcher:
     async def request_all(self, messages: Sequence[DispatchRequested | SlotReleased]) -> None:
         """`request` for many, in their order, in as few records as stay well below Kafka's
         message limit (a schedule's request carries its args, up to 16 KiB)."""
-        chunk: list[bytes] = []
-        size = 0
-        for message in messages:
-            encoded = codec.encode(message)
-            if chunk and size + len(encoded) > BATCH_MAX_BYTES:
-                await self._send_batch(chunk)
-                chunk, size = [], 0
-            chunk.append(encoded)
-            size += len(encoded) + 1
-        if chunk:
+        encoded = (codec.encode(message) for message in messages)
+        for chunk in codec.size_bounded(encoded, BATCH_MAX_BYTES):
             await self._send_batch(chunk)
 
     async def _send_batch(self, encoded: list[bytes]) -> None:

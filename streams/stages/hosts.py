@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,7 +39,7 @@ from streams.direct import DirectSends
 from streams.due_index import DueIndex
 from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
-from streams.partition_index import HostsByPartition, partition_of
+from streams.partition_index import HostsByPartition, by_partition
 from streams.policy.host import Decision, decide, unissued_claim, wake_at
 from streams.policy.schedule_commands import origin_of
 from streams.stages.control import Control
@@ -263,17 +263,11 @@ class HostStage:
 
     async def signal_due(self, now: datetime) -> None:
         """The tick: one HostsDue signal per partition for the hosts due by `now`."""
-        due_by_partition: dict[int, list[str]] = defaultdict(list)
-        for host_id, _ in self.due_index.pop_due(now):
-            due_by_partition[partition_of(host_id, self.settings.partitions)].append(host_id)
-        for partition, host_ids in due_by_partition.items():
-            for start in range(0, len(host_ids), HOSTS_PER_DUE_SIGNAL):
-                signal = HostsDue(
-                    host_ids=tuple(host_ids[start : start + HOSTS_PER_DUE_SIGNAL]), wake_at=now
-                )
-                await self.host_signals.send(
-                    key=None, value=codec.encode(signal), partition=partition
-                )
+        due = (host_id for host_id, _ in self.due_index.pop_due(now))
+        partitions = self.settings.partitions
+        for partition, host_ids in by_partition(due, partitions, HOSTS_PER_DUE_SIGNAL):
+            signal = HostsDue(host_ids=host_ids, wake_at=now)
+            await self.host_signals.send(key=None, value=codec.encode(signal), partition=partition)
 
     def rebuild(self) -> Any:
         """The table's recovery callback: the due index again from the hosts recovered."""

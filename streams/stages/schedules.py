@@ -61,7 +61,7 @@ from streams.codec import Undecodable
 from streams.direct import DirectSends
 from streams.due_index import DueIndex
 from streams.guard import Guard
-from streams.partition_index import HostsByPartition, partition_of
+from streams.partition_index import HostsByPartition, by_partition, partition_of
 from streams.policy.fanout import PendingFanOuts, answered, fanned_out, held
 from streams.policy.schedule_commands import (
     CommandEntry,
@@ -252,16 +252,9 @@ class ScheduleStage:
     async def _send_fan_outs(self, partition: int, encoded: list[bytes]) -> None:
         """In records that stay well below Kafka's message limit (a schedule's args alone may
         be 16 KiB)."""
-        chunk: list[bytes] = []
-        size = 0
-        for fan_out in [*encoded, None]:
-            if chunk and (fan_out is None or size + len(fan_out) > FAN_OUTS_MAX_BYTES):
-                value = chunk[0] if len(chunk) == 1 else codec.schedule_fan_outs(chunk)
-                await self.worker.signal(None, value, partition)
-                chunk, size = [], 0
-            if fan_out is not None:
-                chunk.append(fan_out)
-                size += len(fan_out) + 1
+        for chunk in codec.size_bounded(encoded, FAN_OUTS_MAX_BYTES):
+            value = chunk[0] if len(chunk) == 1 else codec.schedule_fan_outs(chunk)
+            await self.worker.signal(None, value, partition)
 
     async def _fan_outs_here(
         self, batch: ScheduleFanOuts, topic: str, partition: int, offset: int, now: datetime
@@ -341,16 +334,10 @@ class ScheduleStage:
     # --- the timer --------------------------------------------------------------------
     async def tick(self, now: datetime) -> None:
         """One `SchedulesDue` per partition for the schedules due by `now`."""
-        due_by_partition: dict[int, list[str]] = defaultdict(list)
-        for schedule_id, _ in self.due_index.pop_due(now):
-            due_by_partition[partition_of(schedule_id, self.partitions)].append(schedule_id)
-        for partition, schedule_ids in due_by_partition.items():
-            for start in range(0, len(schedule_ids), SCHEDULES_PER_DUE_SIGNAL):
-                signal = SchedulesDue(
-                    schedule_ids=tuple(schedule_ids[start : start + SCHEDULES_PER_DUE_SIGNAL]),
-                    wake_at=now,
-                )
-                await self.worker.signal(None, codec.encode(signal), partition)
+        due = (schedule_id for schedule_id, _ in self.due_index.pop_due(now))
+        for partition, schedule_ids in by_partition(due, self.partitions, SCHEDULES_PER_DUE_SIGNAL):
+            signal = SchedulesDue(schedule_ids=schedule_ids, wake_at=now)
+            await self.worker.signal(None, codec.encode(signal), partition)
 
     # --- state ------------------------------------------------------------------------
     def _load(self, schedule_id: str) -> ScheduleState | None:
