@@ -96,3 +96,13 @@ def answered(pending: PendingFanOuts, done: ScheduleFanOutDone) -> Answered:
 def held(pending: PendingFanOuts, ended: ScheduleCommandEnded) -> PendingFanOuts:
     """An end that overtook its run's last answer waits for it."""
     return pending.model_copy(update={"early": (*pending.early, ended)})
+
+
+def unanswered(pending: PendingFanOuts) -> tuple[FanOutTally, ...]:
+    """The runs some partition has not answered yet.
+
+    Sent again after a restart: a fan-out can be lost when a worker dies after storing its run,
+    before the fan-out reached the broker, and the run would then wait for the run timeout. A
+    partition that had the first one handles it once more harmlessly (its command ids are the
+    same, so the dispatcher absorbs them), and its second answer counts nothing."""
+    return tuple(tally for tally in pending.runs.values() if len(tally.parts) < tally.expected)

@@ -62,7 +62,7 @@ from streams.direct import DirectSends
 from streams.due_index import DueIndex
 from streams.guard import Guard
 from streams.partition_index import HostsByPartition, by_partition, partition_of
-from streams.policy.fanout import PendingFanOuts, answered, fanned_out, held
+from streams.policy.fanout import PendingFanOuts, answered, fanned_out, held, unanswered
 from streams.policy.schedule_commands import (
     CommandEntry,
     EndChoice,
@@ -443,12 +443,7 @@ class ScheduleStage:
     ) -> tuple[ScheduleState, bool]:
         """Fan the run out to the partitions that may hold its targets."""
         schedule = state.schedule
-        wanted = _named_targets(schedule, run)
-        partitions = (
-            sorted({partition_of(object_id, self.partitions) for object_id in wanted})
-            if wanted is not None
-            else list(range(self.partitions))
-        )
+        partitions = self._fan_out_partitions(schedule, run)
         if not partitions:
             return await self._dispatched(state, run, 0, 0, now, {})
         if run.tracked:
@@ -462,6 +457,27 @@ class ScheduleStage:
             else:
                 await self.worker.signal(schedule.id.encode(), fan_out, partition)
         return state, False
+
+    def _fan_out_partitions(self, schedule: Schedule, run: RunPlan) -> list[int]:
+        """The partitions that may hold the run's targets: those of its named ids, else all."""
+        wanted = _named_targets(schedule, run)
+        if wanted is None:
+            return list(range(self.partitions))
+        return sorted({partition_of(object_id, self.partitions) for object_id in wanted})
+
+    async def _fan_out_again(self, state: ScheduleState, pending: PendingFanOuts) -> int:
+        """Recovery: the fan-outs of the runs some partition has not answered, sent again to
+        those partitions (see `unanswered`). Returns how many were sent."""
+        schedule = state.schedule
+        sent = 0
+        for tally in unanswered(pending):
+            fan_out = ScheduleFanOut(schedule=schedule, run=tally.run, expected=tally.expected)
+            encoded = codec.encode(fan_out)
+            for partition in self._fan_out_partitions(schedule, tally.run):
+                if partition not in tally.parts:
+                    await self.worker.signal(schedule.id.encode(), encoded, partition)
+                    sent += 1
+        return sent
 
     def _pending(self, schedule_id: str) -> PendingFanOuts:
         stored = self.fanouts.get(schedule_id)
@@ -740,6 +756,7 @@ class ScheduleStage:
     def _rebuild_due_index(self) -> Awaitable[None]:
         async def rebuild() -> None:
             self.due_index.clear()
+            fanned_out_again = 0
             for schedule_id, stored in list(self.table.items()):
                 try:
                     state = load_schedule_state(json.loads(stored))
@@ -747,7 +764,20 @@ class ScheduleStage:
                     await self.worker.guard.unreadable_state(self.table, schedule_id, stored, error)
                     continue
                 self.due_index.set(schedule_id, wake_at(state))
-            log.info("schedule due index rebuilt: %d schedules", len(self.due_index))
+                try:
+                    pending = self._pending(schedule_id)
+                except ValueError as error:  # Unreadable: its runs wait for the run timeout.
+                    stored_pending = self.fanouts.get(schedule_id)
+                    await self.worker.guard.unreadable_state(
+                        self.fanouts, schedule_id, stored_pending, error
+                    )
+                    continue
+                fanned_out_again += await self._fan_out_again(state, pending)
+            log.info(
+                "schedule due index rebuilt: %d schedules, %d fan-outs sent again",
+                len(self.due_index),
+                fanned_out_again,
+            )
 
         return rebuild()
 

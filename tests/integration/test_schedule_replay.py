@@ -1,15 +1,20 @@
-"""A schedule command's end survives a worker killed between its ledger write and its report.
+"""A schedule's work survives a worker killed half-way through an input.
 
 A worker commits an input's offset only after its producer has flushed, so a `kill -9` leaves
 some of an input's effects on the broker and none of the rest, and the next worker processes
-the input again. The test builds that broken state on purpose, on a real broker: while the
-worker is down, the host side's ledger (its changelog) is written to say that the command's
-result, the next record of its partition, already ended the command, as a first pass would
-have left it had its report to the schedule never left the producer. When that record then
-reaches the restarted worker, it must report the end."""
+the input again. The tests build such broken states on purpose, on a real broker, while the
+worker is down:
+- the host side's ledger (its changelog) says that the command's result, the next record of
+  its partition, already ended the command, as a first pass would have left it had its report
+  to the schedule never left the producer. When that record then reaches the restarted worker,
+  it must report the end;
+- a run is stored as started, with its tally of fan-outs, but its fan-out never left the
+  producer. The restarted worker must send the fan-out again and finish the run."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,8 +23,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.internal import ReleaseOutcome
 from streams import codec
 from streams.partition_index import partition_of
+from streams.policy.fanout import PendingFanOuts, fanned_out
 from streams.policy.schedule_commands import CommandEntry, marked_ended, origin_of
-from streams.topology import SCHEDULE_COMMANDS
+from streams.policy.schedules import decide_schedule
+from streams.topology import SCHEDULE_COMMANDS, SCHEDULE_FANOUTS, SCHEDULES
 from tests.support.factories import scan_result, schedule_triggered
 from tests.support.kafka import wait_until
 from tests.support.schedules import schedule_harness
@@ -143,3 +150,55 @@ def distinct(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for command in commands:
         seen.setdefault(command["command_id"], command)
     return list(seen.values())
+
+
+async def test_a_fan_out_lost_after_its_run_was_stored_is_sent_again_on_restart(
+    make_settings, workers, broker_kind: str
+) -> None:
+    """A worker killed after storing a started run but before its fan-out left the producer:
+    built on purpose while the worker is down (the run and its tally written to the changelogs,
+    no fan-out sent). The restarted worker must send the fan-out again and finish the run."""
+    if broker_kind == "tansu":
+        pytest.skip("a restarted worker takes ~30 s to rejoin its group on tansu")
+    settings = make_settings()
+    worker = workers(settings)
+    async with schedule_harness(settings) as bench:
+        await bench.add_hosts("lost-1")
+        await bench.upsert("lost", recurrence=ON_DEMAND, targets={"object_ids": ["lost-1"]})
+        await bench.wait_for_schedules("lost")
+        await wait_until(
+            lambda: bench.fleet.commands_for("lost-1"), timeout=30, what="the host's first scan"
+        )
+        worker.stop()
+
+        stored = bench.log.state("lost")
+        assert stored is not None
+        decision = decide_schedule(stored, schedule_triggered("lost"), now=datetime.now(UTC))
+        (run,) = decision.runs
+        assert decision.state is not None and run.tracked
+        partition = partition_of("lost", settings.partitions)
+        key = json.dumps("lost").encode()
+        await bench.producer.send_and_wait(
+            SCHEDULES.changelog(settings),
+            decision.state.model_dump_json(exclude_none=True).encode(),
+            key=key,
+            partition=partition,
+        )
+        pending = fanned_out(PendingFanOuts(), run, expected=1)
+        await bench.producer.send_and_wait(
+            SCHEDULE_FANOUTS.changelog(settings),
+            pending.model_dump_json(exclude_none=True).encode(),
+            key=key,
+            partition=partition,
+        )
+
+        workers(settings)
+
+        def concluded() -> bool:
+            state = bench.log.state("lost")
+            return state is not None and not state.in_flight and state.last_success_at is not None
+
+        await wait_until(concluded, timeout=60, what="the run to end after its fan-out was lost")
+    (command,) = bench.commands("lost")
+    assert command["host_id"] == "lost-1"
+    assert datetime.fromisoformat(command["due_at"]) == run.due_at

@@ -7,7 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 from schemas.internal import ReleaseOutcome, ScheduleCommandEnded, ScheduleFanOutDone
 from schemas.schedules import RunPlan
-from streams.policy.fanout import PendingFanOuts, answered, fanned_out, held, run_key
+from streams.policy.fanout import (
+    PendingFanOuts,
+    answered,
+    fanned_out,
+    held,
+    run_key,
+    unanswered,
+)
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 RUN = RunPlan(schedule_id="nightly", occurrence=T0, due_at=T0)
@@ -95,3 +102,18 @@ def test_the_stored_shape_round_trips_and_older_records_still_load() -> None:
     loaded = PendingFanOuts.model_validate_json(json.dumps(older))
     assert loaded.runs[run_key(RUN)].skipped == 0 and loaded.early == (ended("a"),)
     assert answered(loaded, done(1, 2)).dispatched is not None
+
+
+def test_runs_a_partition_has_not_answered_are_the_ones_to_fan_out_again() -> None:
+    pending = fanned_out(fanned_out(PendingFanOuts(), RUN, 3), NEXT, 1)
+    pending = answered(pending, done(0, issued=1)).pending
+
+    [waiting_run, waiting_next] = unanswered(pending)
+
+    assert (waiting_run.run, waiting_run.parts) == (RUN, (0,))
+    assert (waiting_next.run, waiting_next.parts) == (NEXT, ())
+    pending = answered(pending, done(0, issued=1, run=NEXT)).pending
+    assert [tally.run for tally in unanswered(pending)] == [RUN]
+    for partition in (1, 2):
+        pending = answered(pending, done(partition, issued=0)).pending
+    assert unanswered(pending) == ()
