@@ -38,6 +38,10 @@ def system_rss(sample: dict[str, Any], processes: int) -> float | None:
     return float(sum(values)) if len(values) == processes else None
 
 
+def rss_by_process(sample: dict[str, Any]) -> dict[str, int]:
+    return {key[:-4]: value for key, value in sample.items() if key.endswith("_rss") and value}
+
+
 async def rss_of(sampler: ProcessSampler, processes: int, seconds: float = 2.0) -> float:
     values = []
     deadline = time.time() + seconds
@@ -68,6 +72,7 @@ async def measure(ctx: Context, system: System, n: int) -> dict[str, Any]:
         sampler = ProcessSampler(system.pids, interval=1.0)
         async with sampler:
             before = await rss_of(sampler, processes)
+            before_by_process = rss_by_process(sampler.samples[-1])
             producer = await start_producer(system.settings)
             started = time.time()
             try:
@@ -83,12 +88,18 @@ async def measure(ctx: Context, system: System, n: int) -> dict[str, Any]:
             after = await rss_of(sampler, processes, seconds=3.0)
         totals = [(s["at"] - started, system_rss(s, processes)) for s in sampler.samples]
         readings = [(at, value) for at, value in totals if value is not None]
-        last = sampler.samples[-1]
+        at_end = rss_by_process(sampler.samples[-1])
         return {
             "hosts": n,
             "rss_before_bytes": before,
             "rss_after_bytes": after,
-            "rss_at_end_by_process": {k[:-4]: v for k, v in last.items() if k.endswith("_rss")},
+            "rss_at_end_by_process": at_end,
+            # Which process the bytes went to: the worker's tables, or the projector.
+            "bytes_per_host_by_process": {
+                name: (rss - before_by_process[name]) / n
+                for name, rss in at_end.items()
+                if before_by_process.get(name)
+            },
             "bytes_per_host": (after - before) / n,
             "peak_rss_bytes": max((value for _, value in readings), default=None),
             "onboard_seconds": caught_up - started,

@@ -193,7 +193,7 @@ class HostStage:
         after = decision.schedule
         if decision.changed:
             # Checked before any write: a send the broker refuses would crash Faust's producer.
-            encoded = after.model_dump_json(exclude_none=True).encode() if after else b""
+            encoded = stored_schedule(after) if after else b""
             if len(encoded) > DERIVED_RECORD_MAX_BYTES:
                 raise DerivedRecordTooLarge(
                     f"host {host_id!r} state would be {len(encoded)} bytes,"
@@ -291,6 +291,18 @@ class HostStage:
 
         return rebuild()
 
+
+
+def stored_schedule(schedule: HostSchedule) -> bytes:
+    """A schedule as the `hosts` table and its changelog keep it, in memory on its worker.
+
+    The contract's JSON without the values its defaults give back (a new host's record goes
+    from ~810 to ~530 bytes), read back by `HostSchedule.model_validate_json` as before. The
+    format is written always: left out as a default, a record could not tell which format
+    wrote it once the format changes.
+    """
+    values = schedule.model_dump_json(exclude_none=True, exclude_defaults=True, exclude={"format"})
+    return b'{"format":%d,%s' % (schedule.format, values[1:].encode())
 
 
 def _host_id_of(parsed: Any) -> str:
