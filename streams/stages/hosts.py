@@ -292,7 +292,6 @@ class HostStage:
         return rebuild()
 
 
-
 def stored_schedule(schedule: HostSchedule) -> bytes:
     """A schedule as the `hosts` table and its changelog keep it, in memory on its worker.
 

@@ -61,7 +61,7 @@ def test_a_record_written_before_the_compact_shape_still_reads() -> None:
     assert HostSchedule.model_validate_json(written_before) == schedule
 
 
-def test_a_deleted_default_is_given_back_not_lost() -> None:
+def test_a_default_left_out_is_given_back_when_read() -> None:
     schedule = decide(None, host_created(at=NOW), now=NOW, config=DEFAULT_CONFIG).schedule
     assert schedule is not None and schedule.attributes.is_active
 
