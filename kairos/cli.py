@@ -16,6 +16,7 @@ import typer
 
 from kairos import eventscli, opscli
 from kairos.agent_cli import agent_app
+from kairos.floor.collection import pace_for_streaming
 from kairos.floor.settings import Settings
 
 if TYPE_CHECKING:
@@ -157,6 +158,7 @@ def run_worker(settings: Settings) -> None:
     asyncio.set_event_loop(asyncio.new_event_loop())
     settings.workdir.mkdir(parents=True, exist_ok=True)
     kairos_worker = create_worker(settings)
+    pace_for_streaming()
     faust.Worker(
         kairos_worker.app,
         loglevel="INFO",
@@ -189,6 +191,7 @@ def run_projector(settings: Settings) -> None:
     # The clock a worker builds, so projection_progress lag is measured in scheduler time.
     clock = clock_for_speed(settings.clock_speed, settings.clock_origin, settings.clock_start)
     projector = Projector(settings, clock)
+    pace_for_streaming()
     try:
         asyncio.run(_project_until_signalled(projector, settings))
     except Exception:  # noqa: BLE001 - the process's top level: say why it died, exit non-zero

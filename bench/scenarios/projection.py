@@ -125,10 +125,12 @@ class Payloads:
 def _child_main() -> None:
     """`python -m bench.scenarios.projection projector`: run one Projector until killed."""
     from kairos.floor.clock import clock_for_speed
+    from kairos.floor.collection import pace_for_streaming
     from streams.projection.runner import Projector
 
     settings = Settings()
     projector = Projector(settings, clock_for_speed(settings.clock_speed, settings.clock_origin))
+    pace_for_streaming()  # As `kairos projector` does.
     print(READY_LINE, flush=True)
     asyncio.run(projector.run())
 
