@@ -10,11 +10,10 @@ periodically by one projector at a time (an advisory lock).
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import groupby
 from typing import Any
 
 import psycopg
@@ -142,16 +141,28 @@ async def apply_schedule_alerts(
 
 
 async def write(conn: psycopg.AsyncConnection, decisions: Sequence[AlertDecision]) -> None:
-    """Apply `decisions` in their order: an alert raised and resolved in one batch ends resolved."""
+    """Apply `decisions`, each subject's in their order: an alert raised and resolved in one
+    batch ends resolved.
+
+    Subjects do not touch each other's rows, so the n-th decision of every subject goes in one
+    step: a batch takes as many statements as one subject has decisions, not one per change
+    from raising to resolving (thousands of one-row statements when hosts alternate)."""
+    steps: list[list[AlertDecision]] = []
+    taken: Counter[str] = Counter()
+    for decision in decisions:
+        step = taken[decision.subject_id]
+        taken[decision.subject_id] += 1
+        if step == len(steps):
+            steps.append([])
+        steps[step].append(decision)
     async with conn.cursor() as cursor:
-        for resolving, run in groupby(decisions, key=lambda d: isinstance(d, ResolveAlert)):
-            same = list(run)
-            if resolving:
-                rows = [_resolve_row(d) for d in same if isinstance(d, ResolveAlert)]
-                await cursor.executemany(_RESOLVE, rows)
-            else:
-                rows = [_raise_row(d) for d in same if isinstance(d, RaiseAlert)]
-                await cursor.executemany(_RAISE, rows)
+        for step_decisions in steps:
+            resolves = [_resolve_row(d) for d in step_decisions if isinstance(d, ResolveAlert)]
+            raises = [_raise_row(d) for d in step_decisions if isinstance(d, RaiseAlert)]
+            if resolves:
+                await cursor.executemany(_RESOLVE, resolves)
+            if raises:
+                await cursor.executemany(_RAISE, raises)
 
 
 # Only alerts raised before the resolving change: a replayed old change never resolves an

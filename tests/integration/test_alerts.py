@@ -256,14 +256,14 @@ async def test_a_schedule_that_disables_itself_is_alerted_until_enabled_again(
     assert states(messages()) == ["firing", "resolved"]
 
 
-def scored(version: int, score: float, at: datetime) -> HostStateChanged:
+def scored(version: int, score: float, at: datetime, host_id: str = "h-1") -> HostStateChanged:
     state = ComplianceState.PARTIAL if score < 80 else ComplianceState.MOSTLY_COMPLIANT
     schedule = HostSchedule(
-        host_id="h-1", version=version, state=state, compliance_state=state, score=score,
+        host_id=host_id, version=version, state=state, compliance_state=state, score=score,
         next_scheduled_scan=at + timedelta(hours=1), last_scan_completed=at,
         created_at=at - timedelta(days=1), updated_at=at,
     )  # fmt: skip
-    return HostStateChanged(host_id="h-1", version=version, schedule=schedule, changed_at=at)
+    return HostStateChanged(host_id=host_id, version=version, schedule=schedule, changed_at=at)
 
 
 async def test_a_fall_and_its_recovery_in_one_batch_leave_one_resolved_alert_even_replayed(
@@ -289,6 +289,37 @@ async def test_a_fall_and_its_recovery_in_one_batch_leave_one_resolved_alert_eve
         2,
         t0 + timedelta(hours=1),
     )
+
+
+async def test_hosts_in_one_batch_keep_their_own_alert_order_side_by_side(
+    postgres_server: Callable[[str], str],
+) -> None:
+    """Alert rows of many hosts are written a step at a time; each host's order still holds."""
+    dsn = postgres_server(unique_name("kairos_alerts_"))
+    await migrate(dsn)
+    t0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    hour = timedelta(hours=1)
+    changes = []
+    for n in range(1, 7):
+        host_id = f"h-{n}"
+        changes += [scored(1, 95, t0, host_id), scored(2, 40, t0 + hour, host_id)]
+        changes.append(scored(3, 90, t0 + 2 * hour, host_id))  # Recovered: resolved.
+        if n % 2 == 0:  # Even hosts fall again: a second alert, after the resolve.
+            changes.append(scored(4, 30, t0 + 3 * hour, host_id))
+    async with await connect(dsn) as conn:
+        await apply(changes, conn)
+        rows = await (
+            await conn.execute(
+                "SELECT subject_id, raised_at, resolved_at FROM alerts"
+                " WHERE alert_type = 'score_dropped' ORDER BY subject_id, raised_at"
+            )
+        ).fetchall()
+    expected = []
+    for n in range(1, 7):
+        expected.append((f"h-{n}", t0 + hour, t0 + 2 * hour))
+        if n % 2 == 0:
+            expected.append((f"h-{n}", t0 + 3 * hour, None))
+    assert rows == expected
 
 
 async def test_alert_changes_left_unpublished_are_sent_when_a_projector_runs_again(
