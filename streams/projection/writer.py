@@ -45,9 +45,9 @@ _HOST_COLUMNS = (
     "labels", "version", "deleted", "created_at", "updated_at",
 )  # fmt: skip
 
-# A batch's host rows are copied into a temporary table and upserted by one statement: per
-# row, COPY costs a fraction of an INSERT's parameters and round trip (bench/README.md,
-# "the projector's host rows by COPY").
+# A batch's host rows are copied into a temporary table and upserted by one statement, not
+# one upsert per row: less of the projector's time per row (bench/README.md, "The projector:
+# the collector's pace, host rows by COPY, alert rows in steps").
 _INCOMING_HOSTS = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS host_schedule_incoming"
     " (LIKE host_schedule INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
