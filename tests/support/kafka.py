@@ -12,6 +12,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import BaseModel
 
 from kairos.floor.settings import Settings
+from schemas.topics import CONFIG_KEY
+from tests.support.factories import config_updated
 
 
 async def start_producer(settings: Settings, **options: Any) -> AIOKafkaProducer:
@@ -91,3 +93,31 @@ async def wait_until(condition: Callable[[], object], *, timeout: float, what: s
         if time.monotonic() - started > timeout:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+PATIENT_SCAN_TIMEOUT_SECONDS = 3600
+"""The longest scan timeout the config allows: one second of wall time at an hour per second."""
+
+
+async def allow_slow_answers(settings: Settings, producer: AIOKafkaProducer) -> None:
+    """Raise the scan timeout to an hour, and wait until the workers have it.
+
+    On a fast clock the default timeout of ten minutes is little wall time (167 ms at an hour
+    per second): a result that takes longer than that to come back on a busy machine is late,
+    the command times out and the host retries. Tests that count on every result coming back
+    in time call this first; tests of the timeout itself keep the default. Kairos publishes
+    a config change on the control topic, which every worker reads: the wait ends once it is
+    there.
+    """
+    changes = config_updated(scan_timeout_seconds=PATIENT_SCAN_TIMEOUT_SECONDS)
+    await publish(producer, settings.topics.schedule_changes, CONFIG_KEY, changes)
+    control = settings.topics.scheduler_control
+
+    def published() -> bool:
+        return any(
+            message.get("config", {}).get("scan_timeout_seconds") == PATIENT_SCAN_TIMEOUT_SECONDS
+            for message in records.values(control)
+        )
+
+    async with Collector(settings, control) as records:
+        await records.wait_for(published, timeout=30, what="the scan timeout published")
