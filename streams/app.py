@@ -22,6 +22,7 @@ import faust
 from kairos.floor.clock import Clock, clock_for_speed
 from kairos.floor.settings import KafkaSecurityProtocol, Settings
 from streams import topology
+from streams.consumer import use_worker_consumer
 from streams.direct import DirectSends
 from streams.faults import delay_offset_fetches
 from streams.guard import Guard
@@ -29,7 +30,7 @@ from streams.liveness import Watchdog
 from streams.metrics import WorkerMetrics, consumer_lag, serve
 from streams.producer import make_idempotent
 from streams.projection.runner import Projector
-from streams.recovery import OrderedTableManager, rewind_dropped_batches
+from streams.recovery import OrderedTableManager
 from streams.stages.control import Control
 from streams.stages.dispatcher import Dispatcher
 from streams.stages.hosts import HostStage
@@ -75,7 +76,7 @@ class Worker:
         )
         if settings.kafka_idempotence:
             make_idempotent(app)
-        rewind_dropped_batches(app)
+        use_worker_consumer(app)
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         names = settings.topics
         host_inputs = app.topic(

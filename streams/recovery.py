@@ -159,8 +159,3 @@ async def _rewind(consumer: Any, spans: dict[TP, tuple[int, int]]) -> list[TP]:
             consumer.seek(tp, first)
             rewound.append(tp)
     return rewound
-
-
-def rewind_dropped_batches(app: Any) -> None:
-    """Use `RewindingConsumer` for `app`; call before anything starts the consumer."""
-    app.transport.Consumer = RewindingConsumer
