@@ -29,6 +29,7 @@ from tests.support.factories import (
 from tests.support.kafka import (
     Collector,
     allow_slow_answers,
+    configure,
     publish,
     start_producer,
     wait_until,
@@ -110,9 +111,7 @@ async def test_global_cap_holds_and_frees_a_slot_per_result(settings: Settings, 
     workers(settings)
     names = settings.topics
     producer = await start_producer(settings)
-    await publish(
-        producer, names.schedule_changes, CONFIG_KEY, config_updated(max_concurrent_scans=3)
-    )
+    await configure(settings, producer, max_concurrent_scans=3)
     answered: set[str] = set()
     async with ScannerFleet(
         settings, answer=lambda command: command["host_id"] in answered

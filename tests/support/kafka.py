@@ -99,25 +99,32 @@ PATIENT_SCAN_TIMEOUT_SECONDS = 3600
 """The longest scan timeout the config allows: one second of wall time at an hour per second."""
 
 
-async def allow_slow_answers(settings: Settings, producer: AIOKafkaProducer) -> None:
-    """Raise the scan timeout to an hour, and wait until the workers have it.
+async def configure(settings: Settings, producer: AIOKafkaProducer, **changes: Any) -> None:
+    """Change the scheduler config, and wait until the workers are told.
 
-    On a fast clock the default timeout of ten minutes is little wall time (167 ms at an hour
-    per second): a result that takes longer than that to come back on a busy machine is late,
-    the command times out and the host retries. Tests that count on every result coming back
-    in time call this first; tests of the timeout itself keep the default. Kairos publishes
-    a config change on the control topic, which every worker reads: the wait ends once it is
-    there.
+    A worker turns a config change into a record on the control topic, which every worker
+    reads: the wait ends once that topic carries a config with every value of `changes`.
+    Without it, hosts published next may be claimed under the config before.
     """
-    changes = config_updated(scan_timeout_seconds=PATIENT_SCAN_TIMEOUT_SECONDS)
-    await publish(producer, settings.topics.schedule_changes, CONFIG_KEY, changes)
+    await publish(producer, settings.topics.schedule_changes, CONFIG_KEY, config_updated(**changes))
     control = settings.topics.scheduler_control
 
     def published() -> bool:
         return any(
-            message.get("config", {}).get("scan_timeout_seconds") == PATIENT_SCAN_TIMEOUT_SECONDS
+            changes.items() <= message.get("config", {}).items()
             for message in records.values(control)
         )
 
     async with Collector(settings, control) as records:
-        await records.wait_for(published, timeout=30, what="the scan timeout published")
+        await records.wait_for(published, timeout=30, what=f"the config {changes} published")
+
+
+async def allow_slow_answers(settings: Settings, producer: AIOKafkaProducer) -> None:
+    """Raise the scan timeout to an hour, and wait until the workers are told.
+
+    On a fast clock the default timeout of ten minutes is little wall time (167 ms at an hour
+    per second): a result that takes longer than that to come back on a busy machine is late,
+    the command times out and the host retries. Tests that count on every result coming back
+    in time call this first; tests of the timeout itself keep the default.
+    """
+    await configure(settings, producer, scan_timeout_seconds=PATIENT_SCAN_TIMEOUT_SECONDS)

@@ -17,11 +17,10 @@ from kairos.floor.clock import ScaledClock
 from kairos.floor.settings import Settings
 from schemas.objects import ObjectEvent
 from schemas.schedules import ScheduleRunRecorded, ScheduleState, ScheduleStateChanged
-from schemas.topics import CONFIG_KEY
 from streams import codec
 from tests.support.agents import ScannerFleet
-from tests.support.factories import config_updated, host_created, schedule_upserted
-from tests.support.kafka import Collector, publish, start_producer, wait_until
+from tests.support.factories import host_created, schedule_upserted
+from tests.support.kafka import Collector, configure, publish, start_producer, wait_until
 from tests.support.stack import WorkerProcess
 
 
@@ -152,9 +151,9 @@ class ScheduleHarness:
     log: ScheduleLog
 
     async def configure(self, **changes: Any) -> None:
-        """Change the scheduler config, e.g. a scan timeout that suits a fast clock."""
-        topic = self.settings.topics.schedule_changes
-        await publish(self.producer, topic, CONFIG_KEY, config_updated(**changes))
+        """Change the scheduler config (a scan timeout that suits a fast clock) and wait until
+        the workers are told."""
+        await configure(self.settings, self.producer, **changes)
 
     async def add_hosts(self, *host_ids: str, **attributes: Any) -> None:
         for host_id in host_ids:
