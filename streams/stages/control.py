@@ -21,6 +21,7 @@ from schemas.config import SchedulerConfig
 from schemas.internal import ConfigPublished, HostReplanRequested, InitializePublished
 from streams import codec
 from streams.codec import Undecodable
+from streams.consumer import FETCH_MAX_WAIT_MS
 from streams.guard import Guard, Origin
 from streams.policy.config import apply_config_change
 
@@ -69,7 +70,12 @@ class Control:
     async def follow(self) -> None:
         """Read the control topic from the start; every worker sees every config change."""
         consumer = AIOKafkaConsumer(
-            **self.settings.kafka_client_options(), enable_auto_commit=False, group_id=None
+            **self.settings.kafka_client_options(),
+            enable_auto_commit=False,
+            group_id=None,
+            # Held no longer than the worker's own fetches: hosts claimed in the meantime
+            # would be claimed under the config before the change.
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
         await consumer.start()
         try:

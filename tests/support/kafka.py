@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from kairos.floor.settings import Settings
 from schemas.topics import CONFIG_KEY
+from streams.consumer import FETCH_MAX_WAIT_MS
 from tests.support.factories import config_updated
 
 
@@ -103,8 +104,9 @@ async def configure(settings: Settings, producer: AIOKafkaProducer, **changes: A
     """Change the scheduler config, and wait until the workers are told.
 
     A worker turns a config change into a record on the control topic, which every worker
-    reads: the wait ends once that topic carries a config with every value of `changes`.
-    Without it, hosts published next may be claimed under the config before.
+    reads: the wait ends once that topic carries a config with every value of `changes`, and
+    the workers' fetches of it have had time to come back. Without it, hosts published next
+    may be claimed under the config before.
     """
     await publish(producer, settings.topics.schedule_changes, CONFIG_KEY, config_updated(**changes))
     control = settings.topics.scheduler_control
@@ -117,6 +119,8 @@ async def configure(settings: Settings, producer: AIOKafkaProducer, **changes: A
 
     async with Collector(settings, control) as records:
         await records.wait_for(published, timeout=30, what=f"the config {changes} published")
+    # A worker's fetch is held up to FETCH_MAX_WAIT_MS; tansu may answer only when it ends.
+    await asyncio.sleep(5 * FETCH_MAX_WAIT_MS / 1000)
 
 
 async def allow_slow_answers(settings: Settings, producer: AIOKafkaProducer) -> None:
