@@ -1,1 +1,1 @@
-"""The Kairos worker: Faust agents over host-keyed topics, the dispatcher and the projector."""
+"""The Kairos worker: the host stage over host-keyed topics, the dispatcher and the projector."""

@@ -1,13 +1,14 @@
 """The worker: one Faust app wired around the stages; nothing here decides anything.
 
 The host stage (`streams.stages.hosts`) consumes object-created, schedule-changes,
-scan-completed and kairos-host-signals and keeps one schedule per host; the schedule stage
-(`streams.stages.schedules`) runs cron, interval, RRULE and triggered schedules on that same
-agent; the dispatcher (`streams.stages.dispatcher`) owns the single-partition dispatch queue
-and with it the fleet-wide in-flight cap; `streams.stages.control` keeps the config the same
-on every worker. One timer ticks the host stage, the schedule stage and the dispatcher; with
-the projector enabled, it runs here too. Topics and tables are declared in `streams.topology`.
-Nothing is built at import time: `create_worker(settings)` wires everything.
+scan-completed and kairos-host-signals, a fetch at a time (`streams.consumer`), and keeps one
+schedule per host; the schedule stage (`streams.stages.schedules`) runs cron, interval, RRULE
+and triggered schedules inside it; the dispatcher (`streams.stages.dispatcher`) owns the
+single-partition dispatch queue and with it the fleet-wide in-flight cap;
+`streams.stages.control` keeps the config the same on every worker. One timer ticks the host
+stage, the schedule stage and the dispatcher; with the projector enabled, it runs here too.
+Topics and tables are declared in `streams.topology`. Nothing is built at import time:
+`create_worker(settings)` wires everything.
 """
 
 from __future__ import annotations
@@ -76,7 +77,6 @@ class Worker:
         )
         if settings.kafka_idempotence:
             make_idempotent(app)
-        use_worker_consumer(app)
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         names = settings.topics
         host_inputs = app.topic(
@@ -124,6 +124,7 @@ class Worker:
         )
         self.schedule_stage = ScheduleStage(self.host_stage, app, direct)
         self.host_stage.schedule_stage = self.schedule_stage
+        use_worker_consumer(app, batch_inputs=self.host_stage)
         hosts.on_recover(self.host_stage.rebuild)
         dispatcher_table.on_recover(self.dispatcher.rebuild)
 

@@ -11,11 +11,15 @@ partition keep their order.
 from __future__ import annotations
 
 import asyncio
+from contextvars import ContextVar
 from typing import Any
 
 import faust
 from faust import current_event
 from faust.exceptions import NotReady
+
+PARTITION_IN_HAND: ContextVar[int | None] = ContextVar("partition_in_hand", default=None)
+"""The input partition of the record a batch handler is handling (no Faust event there)."""
 
 
 class DirectSends:
@@ -54,7 +58,12 @@ class DirectSends:
     async def put_here(self, table: Any, key: str, value: bytes | None) -> None:
         """`put` to the partition of the input being handled: where `table[key] = value` would
         write (Faust's tables live on their inputs' partitions)."""
-        event = current_event()
-        if event is None:
-            raise RuntimeError(f"{table.name}[{key!r}] written outside the handling of an input")
-        await self.put(table, key, value, event.message.partition)
+        partition = PARTITION_IN_HAND.get()
+        if partition is None:
+            event = current_event()
+            if event is None:
+                raise RuntimeError(
+                    f"{table.name}[{key!r}] written outside the handling of an input"
+                )
+            partition = event.message.partition
+        await self.put(table, key, value, partition)

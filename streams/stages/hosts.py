@@ -1,9 +1,11 @@
 """The host stage: one schedule per host, kept in the `hosts` table on the host's partition.
 
-Its one agent reads object-created, schedule-changes, scan-completed and kairos-host-signals,
+It reads object-created, schedule-changes, scan-completed and kairos-host-signals a fetch at
+a time (the worker's consumer hands it each fetch's records of them: `streams.consumer`),
 folds each host's message into the host's schedule with the pure policy
 (`streams.policy.host.decide`), and claims the host's next command from the dispatcher when
-it is due. The schedule stage shares the agent, since its messages ride the same topics:
+it is due; a batch's claims and releases go to the dispatcher as one record. The schedule
+stage runs inside it, since its messages ride the same topics:
 `schedule.*` messages go to it, results and timeouts go to it first (it keeps the ledger of
 schedule commands), and object events are passed on to the trigger schedules they match.
 Config changes go to `Control`. The due index (wake-up times of this worker's hosts) is
@@ -15,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,7 +37,7 @@ from schemas.results import ScanCompleted
 from schemas.state import HostSchedule, HostStateChanged
 from streams import codec
 from streams.codec import Undecodable
-from streams.direct import DirectSends
+from streams.direct import PARTITION_IN_HAND, DirectSends
 from streams.due_index import DueIndex
 from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
@@ -96,12 +98,46 @@ class HostStage:
         self._gathered: list[DispatchRequested | SlotReleased] | None = None
         """While a pass over many hosts runs: their requests, sent as one batch at its end."""
 
+    @property
+    def topics(self) -> frozenset[str]:
+        """The topics whose records the consumer hands to `handle_batch` (streams.consumer)."""
+        names = self.names
+        return frozenset(
+            (names.object_created, names.schedule_changes, names.scan_completed, names.host_signals)
+        )
+
     async def agent(self, stream: Any) -> None:
-        await self._control.ready.wait()
+        """Subscribes the worker to `topics`. The consumer hands their records to
+        `handle_batch` before Faust's conductor sees them; one that came here is handled alike."""
         async for event in stream.events():
-            message = event.message
-            origin = (message.topic, message.partition, message.offset, message.key, event.value)
-            await self.guard.handled(origin, self.handle(*origin))
+            await self.handle_batch([event.message], lambda: True)
+
+    async def handle_batch(self, records: Sequence[Any], still_ours: Callable[[], bool]) -> int:
+        """Handle a fetch's records in order; their requests go to the dispatcher together.
+
+        Stops before a record once `still_ours()` is False (the worker is handing partitions
+        over); returns how many were handled.
+        """
+        await self._control.ready.wait()
+        handled = 0
+        async with self.gathering():
+            for message in records:
+                if not still_ours():
+                    break
+                origin = (
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    message.key,
+                    message.value,
+                )
+                in_hand = PARTITION_IN_HAND.set(message.partition)
+                try:
+                    await self.guard.handled(origin, self.handle(*origin))
+                finally:
+                    PARTITION_IN_HAND.reset(in_hand)
+                handled += 1
+        return handled
 
     async def handle(
         self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None
@@ -249,9 +285,7 @@ class HostStage:
             if gathered:
                 await self._dispatcher.request_all(gathered)
 
-    async def signal(
-        self, key: bytes | None, value: bytes, partition: int | None = None
-    ) -> None:
+    async def signal(self, key: bytes | None, value: bytes, partition: int | None = None) -> None:
         """A record on kairos-host-signals, sent directly: the schedule stage's signals take
         this one path, so two of them for the same schedule keep their order."""
         await self._direct.send(self.names.host_signals, key, value, partition)

@@ -1,10 +1,10 @@
 """The generic-schedule stage: thin adapters around `streams.policy.schedules`, `.targets` and
-`.schedule_commands`, run by the host stage's agent.
+`.schedule_commands`, run by the host stage.
 
 Schedule state lives where its key (the schedule id) lands: `schedule.*` events on
 schedule-changes and the schedule signals (`schemas.internal`) that concern a schedule (all
 but `ScheduleFanOut`), sent on kairos-host-signals keyed by schedule id, reach the partition
-that holds its state, so every table write happens inside stream iteration.
+that holds its state, so every table write happens while an input of its partition is handled.
 
 Hosts are partitioned by host id, so a run is fanned out: one `ScheduleFanOut` per partition
 that can hold a target (all of them unless the run names its ids: static object ids, a
