@@ -34,7 +34,7 @@ from streams.projection.runner import Projector
 from streams.recovery import OrderedTableManager
 from streams.stages.control import Control
 from streams.stages.dispatcher import Dispatcher
-from streams.stages.hosts import HostStage
+from streams.stages.hosts import HostStage, input_topics
 from streams.stages.schedules import ScheduleStage
 
 log = logging.getLogger(__name__)
@@ -79,13 +79,7 @@ class Worker:
             make_idempotent(app)
         raw = {"key_serializer": "raw", "value_serializer": "raw"}
         names = settings.topics
-        host_inputs = app.topic(
-            names.object_created,
-            names.schedule_changes,
-            names.scan_completed,
-            names.host_signals,
-            **raw,
-        )
+        host_inputs = app.topic(*input_topics(names), **raw)
         host_signals = app.topic(names.host_signals, **raw)
         dispatch_topic = app.topic(names.dispatch_queue, partitions=1, **raw)
         dead_letters = app.topic(names.dead_letters, **raw)

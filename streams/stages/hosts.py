@@ -35,6 +35,7 @@ from schemas.internal import (
 from schemas.objects import ObjectEvent
 from schemas.results import ScanCompleted
 from schemas.state import HostSchedule, HostStateChanged
+from schemas.topics import TopicNames
 from streams import codec
 from streams.codec import Undecodable
 from streams.direct import PARTITION_IN_HAND, DirectSends
@@ -56,6 +57,11 @@ BUSY_RECHECK = timedelta(seconds=30)
 """How often a host held back by a schedule's command of its scanner is looked at again."""
 DERIVED_RECORD_MAX_BYTES = 900_000
 """Below the producer's 1,000,000-byte request limit, with room for the record's envelope."""
+
+
+def input_topics(names: TopicNames) -> tuple[str, ...]:
+    """The host stage's inputs, all keyed by host (or schedule) id and co-partitioned."""
+    return (names.object_created, names.schedule_changes, names.scan_completed, names.host_signals)
 
 
 class DerivedRecordTooLarge(ValueError):
@@ -101,10 +107,7 @@ class HostStage:
     @property
     def topics(self) -> frozenset[str]:
         """The topics whose records the consumer hands to `handle_batch` (streams.consumer)."""
-        names = self.names
-        return frozenset(
-            (names.object_created, names.schedule_changes, names.scan_completed, names.host_signals)
-        )
+        return frozenset(input_topics(self.names))
 
     async def agent(self, stream: Any) -> None:
         """Subscribes the worker to `topics`. The consumer hands their records to
