@@ -51,8 +51,10 @@ from streams.stages.schedules import ScheduleStage, is_schedule_message
 
 log = logging.getLogger(__name__)
 
-HOSTS_PER_DUE_SIGNAL = 1000
-"""Keeps a HostsDue signal far below Kafka's 1 MiB message limit at any burst size."""
+HOSTS_PER_DUE_SIGNAL = 100
+"""A HostsDue signal is handled whole: 100 wakes take tens of milliseconds, inside the
+consumer's slice of time (`streams.consumer.SLICE_SECONDS`), and the record stays far below
+Kafka's 1 MiB message limit."""
 BUSY_RECHECK = timedelta(seconds=30)
 """How often a host held back by a schedule's command of its scanner is looked at again."""
 DERIVED_RECORD_MAX_BYTES = 900_000
@@ -115,17 +117,17 @@ class HostStage:
         async for event in stream.events():
             await self.handle_batch([event.message], lambda: True)
 
-    async def handle_batch(self, records: Sequence[Any], still_ours: Callable[[], bool]) -> int:
+    async def handle_batch(self, records: Sequence[Any], go_on: Callable[[], bool]) -> int:
         """Handle a fetch's records in order; their requests go to the dispatcher together.
 
-        Stops before a record once `still_ours()` is False (the worker is handing partitions
-        over); returns how many were handled.
+        Stops before a record once `go_on()` is False (the worker is handing partitions over,
+        or the consumer's slice of time is up); returns how many were handled.
         """
         await self._control.ready.wait()
         handled = 0
         async with self.gathering():
             for message in records:
-                if not still_ours():
+                if not go_on():
                     break
                 origin = (
                     message.topic,
