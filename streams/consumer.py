@@ -92,6 +92,7 @@ class WorkerConsumer(RewindingConsumer):
     _fetch: AsyncIterator[tuple[TP, Message]] | None = None
     """A fetch whose input records are not all handled yet: continued by the next calls."""
     _fetch_generation: int | None = None
+    """The consumer generation `_fetch` was fetched in: known from its first record on."""
     _left: list[Message]
     """Records of `_fetch` taken out of it but not handled when the time was up."""
     _others_only = False
@@ -107,7 +108,8 @@ class WorkerConsumer(RewindingConsumer):
             await self._drop_fetch()
         if self._fetch is None:
             self._fetch = super().getmany(timeout)
-            self._fetch_generation = self.app.consumer_generation_id
+            # Not the generation now: the fetch may wait out a rebalance before it fetches.
+            self._fetch_generation = None
             self._left = []
         else:
             # The dispatch queue and the changelogs keep flowing while a backlog of inputs is
@@ -125,11 +127,19 @@ class WorkerConsumer(RewindingConsumer):
             yield pair
 
     async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
+        # A copy, never Faust's own set: aiokafka reads the set it is given after waiting for
+        # records, and a rebalance empties Faust's set meanwhile (it pauses every partition
+        # for recovery). aiokafka reads an empty set as every partition, and Faust drops the
+        # records of partitions it does not count active: their positions moved past records
+        # nobody handled (a host created as a second worker joined was never scheduled).
+        if active_partitions is None:
+            return await super()._getmany(None, timeout)
         inputs = self.batch_inputs
-        if self._others_only and inputs is not None and active_partitions is not None:
-            topics = inputs.topics
-            active_partitions = {tp for tp in active_partitions if tp.topic not in topics}
-        return await super()._getmany(active_partitions, timeout)
+        skipped = inputs.topics if self._others_only and inputs is not None else frozenset()
+        requested = {tp for tp in active_partitions if tp.topic not in skipped}
+        if not requested:
+            return {}
+        return await super()._getmany(requested, timeout)
 
     async def _work_through(self, inputs: BatchInputs) -> AsyncIterator[tuple[TP, Message]]:
         """Handle the unfinished fetch's input records for up to `SLICE_SECONDS`, yielding
@@ -148,6 +158,9 @@ class WorkerConsumer(RewindingConsumer):
                 except StopAsyncIteration:
                     exhausted = True
                     break
+                if self._fetch_generation is None:
+                    # Faust yields a fetch's records only in the generation it fetched them in.
+                    self._fetch_generation = self.app.consumer_generation_id
                 if tp.topic not in topics:
                     yield tp, message  # Faust's way: the dispatch queue, changelogs.
                 elif await self._admit(message):
