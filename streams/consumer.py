@@ -129,9 +129,9 @@ class WorkerConsumer(RewindingConsumer):
     async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
         # A copy, never Faust's own set: aiokafka reads the set it is given after waiting for
         # records, and a rebalance empties Faust's set meanwhile (it pauses every partition
-        # for recovery). aiokafka reads an empty set as every partition, and Faust drops the
-        # records of partitions it does not count active: their positions moved past records
-        # nobody handled (a host created as a second worker joined was never scheduled).
+        # for recovery). aiokafka reads an empty set as every partition, and Faust would drop
+        # the records of the partitions it does not count active after aiokafka had moved
+        # their positions past them.
         if active_partitions is None:
             return await super()._getmany(None, timeout)
         inputs = self.batch_inputs
