@@ -68,10 +68,7 @@ class HostSchedule(Contract):
 
 
 class HostStateChanged(Contract):
-    """On the host-state topic (compacted, key host_id). `schedule` None = host deleted.
-
-    The worker writes `schedule` as its table stores it, without the values equal to their
-    defaults (`streams.codec.host_state_change`); reading restores them."""
+    """On the host-state topic (compacted, key host_id). `schedule` None = host deleted."""
 
     host_id: str
     version: int

@@ -71,25 +71,6 @@ def encode(model: BaseModel) -> bytes:
     return model.model_dump_json().encode()
 
 
-def host_state_change(
-    host_id: str, version: int, stored: bytes | None, changed_at: datetime
-) -> bytes:
-    """A `HostStateChanged` whose schedule is the host's stored record (`stored_schedule`),
-    not encoded a second time; None: the host was deleted.
-
-    The stored record leaves out the values its defaults give back, which `HostSchedule` restores
-    on reading. Measured offline: 549 bytes and 3.4 µs for a scanned host, against 940 bytes
-    and 8.5 µs for the schedule encoded in full.
-    """
-    envelope = encode(
-        HostStateChanged(host_id=host_id, version=version, schedule=None, changed_at=changed_at)
-    )
-    if stored is None:
-        return envelope
-    # The JSON-escaped host id cannot hold `"schedule":null` with its quotes unescaped.
-    return envelope.replace(b'"schedule":null', b'"schedule":' + stored, 1)
-
-
 def dispatch_batch(encoded: list[bytes]) -> bytes:
     """A `DispatchBatch` of messages each already encoded, without encoding them again."""
     return b'{"kind":"dispatch.batch","messages":[' + b",".join(encoded) + b"]}"

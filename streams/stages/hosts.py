@@ -34,7 +34,7 @@ from schemas.internal import (
 )
 from schemas.objects import ObjectEvent
 from schemas.results import ScanCompleted
-from schemas.state import HostSchedule
+from schemas.state import HostSchedule, HostStateChanged
 from schemas.topics import TopicNames
 from streams import codec
 from streams.codec import Undecodable
@@ -248,13 +248,13 @@ class HostStage:
                 await direct.put(self.hosts, host_id, encoded, partition)
                 self.hosts_by_partition.add(host_id)
             if after is None or before is None or after.version != before.version:
-                change = codec.host_state_change(
-                    host_id,
-                    after.version if after else (before.version + 1 if before else 0),
-                    encoded if after else None,
-                    self.clock.now(),
+                change = HostStateChanged(
+                    host_id=host_id,
+                    version=after.version if after else (before.version + 1 if before else 0),
+                    schedule=after,
+                    changed_at=self.clock.now(),
                 )
-                await direct.send(self.names.host_state, host_id.encode(), change)
+                await direct.send(self.names.host_state, host_id.encode(), codec.encode(change))
         for message in (*decision.dispatch, *decision.releases):
             await self.dispatch(message)
         if decision.held_busy:

@@ -1,13 +1,11 @@
-"""The host stage's stored shape: the contract's JSON without defaults, read back unchanged,
-also inside the host-state changes that carry it."""
+"""The host stage's stored shape: the contract's JSON without defaults, read back unchanged."""
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
 
-from schemas.state import STATE_FORMAT, HostSchedule, HostStateChanged
-from streams import codec
+from schemas.state import STATE_FORMAT, HostSchedule
 from streams.policy.host import decide
 from streams.stages.hosts import stored_schedule
 from tests.unit.factories import (
@@ -71,23 +69,3 @@ def test_a_default_left_out_is_given_back_when_read() -> None:
 
     assert "is_active" not in values.get("attributes", {})
     assert HostSchedule.model_validate_json(json.dumps(values)).attributes.is_active
-
-
-def test_a_host_state_change_carries_the_stored_record_and_reads_as_the_full_one() -> None:
-    for schedule in _states():
-        for host_id in (schedule.host_id, 'a "schedule":null host'):
-            record = codec.host_state_change(host_id, 7, stored_schedule(schedule), NOW)
-
-            change = HostStateChanged.model_validate_json(record)
-
-            assert change == HostStateChanged(
-                host_id=host_id, version=7, schedule=schedule, changed_at=NOW
-            )
-
-
-def test_a_deleted_host_s_state_change_has_no_schedule() -> None:
-    record = codec.host_state_change("h-1", 3, None, NOW)
-
-    assert HostStateChanged.model_validate_json(record) == HostStateChanged(
-        host_id="h-1", version=3, schedule=None, changed_at=NOW
-    )
