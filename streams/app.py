@@ -6,7 +6,8 @@ schedule per host; the schedule stage (`streams.stages.schedules`) runs cron, in
 and triggered schedules inside it; the dispatcher (`streams.stages.dispatcher`) owns the
 single-partition dispatch queue and with it the fleet-wide in-flight cap;
 `streams.stages.control` keeps the config the same on every worker. One timer ticks the host
-stage, the schedule stage and the dispatcher; with the projector enabled, it runs here too.
+stage, the schedule stage and the dispatcher, at the earliest wake-up either stage holds; with
+the projector enabled, it runs here too.
 Topics and tables are declared in `streams.topology`. Nothing is built at import time:
 `create_worker(settings)` wires everything.
 """
@@ -20,11 +21,12 @@ from typing import Any
 
 import faust
 
-from kairos.floor.clock import Clock, clock_for_speed
+from kairos.floor.clock import Clock, clock_for_speed, wall_seconds
 from kairos.floor.settings import KafkaSecurityProtocol, Settings
 from streams import topology
 from streams.consumer import use_worker_consumer
 from streams.direct import DirectSends
+from streams.due_index import seconds_to_next_tick
 from streams.faults import delay_offset_fetches
 from streams.guard import Guard
 from streams.liveness import Watchdog
@@ -38,6 +40,10 @@ from streams.stages.hosts import HostStage, input_topics
 from streams.stages.schedules import ScheduleStage
 
 log = logging.getLogger(__name__)
+
+TICK_GAP_SECONDS = 0.05
+"""The shortest wall time between two ticks: the hosts falling due meanwhile go out as one
+batch of `HostsDue` signals (at 1,000 due/s, about 20 hosts over the partitions)."""
 
 
 class Worker:
@@ -124,7 +130,7 @@ class Worker:
 
         app.agent(host_inputs, name="host-stage", concurrency=1)(self.host_stage.agent)
         app.agent(dispatch_topic, name="dispatcher", concurrency=1)(self.dispatcher.agent)
-        app.timer(settings.tick_seconds, name="due-tick")(self._tick)
+        app.task(self._run_timer)
         app.task(self.control.follow)
         app.task(self.dispatcher.send_issued_commands)
         self.watchdog = Watchdog(app, settings.workdir)
@@ -136,6 +142,29 @@ class Worker:
             self.projector = Projector(settings, self.clock)
             app.task(self.projector.run)
         return app
+
+    async def _run_timer(self) -> None:
+        """The tick, when the earliest wake-up this worker holds falls due.
+
+        A tick every `tick_seconds` alone left a due host waiting half of it on average before
+        it was even signalled: 50 ms of `bench steady`'s p50 at the 0.1 s default. Waking at
+        the heap head, no sooner than `TICK_GAP_SECONDS` after the last tick, keeps the ticks
+        a batch each when thousands fall due every second.
+        """
+        app = self.app
+        while not app.should_stop:
+            await self._tick()
+            await app.sleep(self._until_next_tick())
+
+    def _until_next_tick(self) -> float:
+        clock = self.clock
+        return seconds_to_next_tick(
+            clock.now(),
+            (self.host_stage.due_index.next_wake(), self.schedule_stage.due_index.next_wake()),
+            shortest=TICK_GAP_SECONDS,
+            longest=self.settings.tick_seconds,
+            to_wall=lambda scheduler_seconds: wall_seconds(clock, scheduler_seconds),
+        )
 
     async def _tick(self) -> None:
         if not self.control.ready.is_set():

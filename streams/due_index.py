@@ -6,6 +6,7 @@ The host stage keeps one for its hosts, the schedule stage one for its schedules
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 
@@ -55,3 +56,21 @@ class DueIndex:
     def clear(self) -> None:
         self._heap.clear()
         self._wake_at.clear()
+
+
+def seconds_to_next_tick(
+    now: datetime,
+    wakes: Iterable[datetime | None],
+    *,
+    shortest: float,
+    longest: float,
+    to_wall: Callable[[float], float],
+) -> float:
+    """Wall seconds until the next tick: when the earliest of `wakes` falls due, but no sooner
+    than `shortest` (a tick takes what fell due meanwhile as one batch) and no later than
+    `longest`. `to_wall` turns scheduler seconds into wall seconds (a sped-up clock)."""
+    known = [wake for wake in wakes if wake is not None]
+    if not known:
+        return longest
+    ahead = to_wall((min(known) - now).total_seconds())
+    return min(longest, max(shortest, ahead))

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from kairos.floor.clock import Clock, clock_for_speed
+from kairos.floor.clock import Clock, clock_for_speed, wall_seconds
 from kairos.floor.consuming import OffsetTracker, RecentIds
 from kairos.floor.settings import Settings
 from schemas.agent import ScanReport, scan_completed
@@ -48,11 +48,6 @@ class AgentStats:
     timed_out: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
-
-
-def _wall_seconds(clock: Clock, scheduler_seconds: float) -> float:
-    to_wall: Callable[[float], float] | None = getattr(clock, "wall_seconds", None)
-    return to_wall(scheduler_seconds) if to_wall is not None else scheduler_seconds
 
 
 class Agent:
@@ -263,7 +258,7 @@ class Agent:
         remaining = (command.deadline - self.clock.now()).total_seconds()
         try:
             report = await asyncio.wait_for(
-                self.handler(command), max(0.0, _wall_seconds(self.clock, remaining))
+                self.handler(command), max(0.0, wall_seconds(self.clock, remaining))
             )
         except TimeoutError:
             self.stats.timed_out += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -55,6 +56,12 @@ class ScaledClock:
     def wall_seconds(self, scheduler_seconds: float) -> float:
         """How long to sleep in wall time for `scheduler_seconds` of scheduler time."""
         return scheduler_seconds / self.speed
+
+
+def wall_seconds(clock: Clock, scheduler_seconds: float) -> float:
+    """How long `scheduler_seconds` of `clock`'s time take in wall time (a sleep's length)."""
+    to_wall: Callable[[float], float] | None = getattr(clock, "wall_seconds", None)
+    return to_wall(scheduler_seconds) if to_wall is not None else scheduler_seconds
 
 
 def clock_for_speed(

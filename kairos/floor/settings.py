@@ -86,7 +86,11 @@ class Settings(BaseSettings):
         description="Scheduler time shown at clock_origin (default: clock_origin itself).",
     )
     tick_seconds: float = Field(
-        default=0.1, gt=0, le=5, description="How often the due index is asked what is due."
+        default=0.1,
+        gt=0,
+        le=5,
+        description="The longest wall time between two looks at what is due (a wake-up that "
+        "falls due sooner is looked at when it does).",
     )
     alert_check_seconds: float = Field(
         default=10.0,

@@ -14,7 +14,7 @@ from schemas.config import SchedulerConfig
 from schemas.internal import ReleaseOutcome, SlotReleased
 from schemas.results import ScanCompleted
 from schemas.state import HostSchedule
-from streams.due_index import DueIndex
+from streams.due_index import DueIndex, seconds_to_next_tick
 from streams.policy.host import Decision, HostInput, decide, unissued_claim, wake_at
 from streams.policy.ids import command_id, spread_offset_seconds
 from tests.unit.factories import (
@@ -1314,6 +1314,20 @@ def test_due_index_pops_hosts_due_by_now_in_time_order() -> None:
     assert index.pop_due(NOW) == [("early", NOW - timedelta(hours=1)), ("now", NOW)]
     assert index.next_wake() == NOW + timedelta(hours=2)
     assert len(index) == 1
+
+
+def test_next_tick_comes_when_the_earliest_wake_up_falls_due_within_its_bounds() -> None:
+    def tick_in(*wakes: datetime | None, to_wall=lambda seconds: seconds) -> float:
+        return seconds_to_next_tick(NOW, wakes, shortest=0.05, longest=0.1, to_wall=to_wall)
+
+    assert tick_in(NOW + timedelta(milliseconds=70), NOW + timedelta(seconds=5)) == 0.07
+    assert tick_in(None, NOW + timedelta(milliseconds=70)) == 0.07
+    assert tick_in(NOW + timedelta(milliseconds=10)) == 0.05  # Batched: no sooner than shortest.
+    assert tick_in(NOW - timedelta(seconds=3)) == 0.05  # A backlog: as soon as allowed.
+    assert tick_in(NOW + timedelta(hours=1)) == 0.1  # New hosts may fall due sooner.
+    assert tick_in(None, None) == 0.1
+    # A clock 600 times faster than the wall: 30 scheduler seconds are 50 ms of wall time.
+    assert tick_in(NOW + timedelta(seconds=30), to_wall=lambda seconds: seconds / 600) == 0.05
 
 
 def test_due_index_keeps_only_the_latest_wake_up_of_a_host() -> None:
