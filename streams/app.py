@@ -124,7 +124,7 @@ class Worker:
         )
         self.schedule_stage = ScheduleStage(self.host_stage, app, direct)
         self.host_stage.schedule_stage = self.schedule_stage
-        use_worker_consumer(app, batch_inputs=self.host_stage)
+        use_worker_consumer(app, batch_inputs=self.host_stage, direct_sends=direct)
         hosts.on_recover(self.host_stage.rebuild)
         dispatcher_table.on_recover(self.dispatcher.rebuild)
 

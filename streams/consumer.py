@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.types import TP, Message
 
+from streams.direct import DirectSends, SendRefused
 from streams.guard import INFRASTRUCTURE_ERRORS
 from streams.recovery import RewindingConsumer
 
@@ -85,6 +86,8 @@ class WorkerConsumer(RewindingConsumer):
 
     batch_inputs: BatchInputs | None = None
     """Set by `use_worker_consumer`; None: every record goes through Faust's agents."""
+    direct_sends: DirectSends | None = None
+    """Set by `use_worker_consumer`: its refused records stop the commit (see `_commit`)."""
 
     def _new_consumer_thread(self) -> PromptConsumerThread:
         return PromptConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -97,6 +100,24 @@ class WorkerConsumer(RewindingConsumer):
     """Records of `_fetch` taken out of it but not handled when the time was up."""
     _others_only = False
     """While True, `_getmany` asks for the partitions Faust's agents read, not the inputs."""
+
+    async def _commit(self, offsets: Any) -> bool:
+        # Faust has flushed the producer just before: every record sent for these offsets has
+        # its answer. One refused (its retries spent) means what produced it is not done.
+        sends = self.direct_sends
+        if sends is not None:
+            try:
+                sends.raise_refused()
+            except SendRefused as refused:
+                log.error(
+                    "%s: nothing more is committed and the worker stops; its inputs are "
+                    "handled again from the last commit",
+                    refused,
+                )
+                await self.crash(refused)
+                return False
+        committed: bool = await super()._commit(offsets)
+        return committed
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         inputs = self.batch_inputs
@@ -245,14 +266,18 @@ class WorkerConsumer(RewindingConsumer):
         return records[handled:]
 
 
-def use_worker_consumer(app: Any, batch_inputs: BatchInputs | None = None) -> None:
-    """Use `WorkerConsumer` for `app`, handing `batch_inputs` its topics' records; call
-    before anything starts the consumer."""
+def use_worker_consumer(
+    app: Any, batch_inputs: BatchInputs | None = None, direct_sends: DirectSends | None = None
+) -> None:
+    """Use `WorkerConsumer` for `app`, handing `batch_inputs` its topics' records and
+    committing only while `direct_sends` has had no record refused; call before anything
+    starts the consumer."""
 
     class BoundWorkerConsumer(WorkerConsumer):
         pass
 
     BoundWorkerConsumer.batch_inputs = batch_inputs
+    BoundWorkerConsumer.direct_sends = direct_sends
     app.transport.Consumer = BoundWorkerConsumer
 
 

@@ -3,9 +3,10 @@
 For every record Faust's `Topic.send` and `Table.__setitem__` build a pending message and a
 future, run sensors and callbacks; on this machine that costs more than the scheduling policy
 itself (PERF-NOTES: ~130 µs a table write, ~55 µs a send). The records here go to the same
-aiokafka producer instead, so Faust's flush before every offset commit still covers them (an
-input is never committed before what it produced is acknowledged) and the records of one
-partition keep their order.
+aiokafka producer instead, so Faust's flush before every offset commit still covers them and
+the records of one partition keep their order. A flush waits for the broker's answers but does
+not read them: `DirectSends.raise_refused` does, before the worker commits (`streams.consumer`),
+so an input is never committed after a record it produced was refused.
 """
 
 from __future__ import annotations
@@ -22,11 +23,51 @@ PARTITION_IN_HAND: ContextVar[int | None] = ContextVar("partition_in_hand", defa
 """The input partition of the record a batch handler is handling (no Faust event there)."""
 
 
+READ_AT_LEAST = 50_000
+"""Futures kept unread before `send` reads the answers in (a commit reads them far sooner)."""
+
+
+class SendRefused(Exception):
+    """The producer gave up on a record (after its retries): what produced it must not be
+    committed."""
+
+
 class DirectSends:
     """Sends and table writes of the hot paths; the futures resolve on the broker's ack."""
 
     def __init__(self, app: faust.App) -> None:
         self._app = app
+        self._unread: list[tuple[str, asyncio.Future[Any]]] = []
+        """The topics and futures of records sent since their answers were last read."""
+        self._refused: SendRefused | None = None
+        self._read_at = READ_AT_LEAST
+
+    def raise_refused(self) -> None:
+        """Raise `SendRefused` if a record sent so far was refused; records still waiting for
+        their answer are read at the next call."""
+        self._read_answers()
+        if self._refused is not None:
+            raise self._refused
+
+    def _read_answers(self) -> None:
+        waiting = []
+        for topic, acked in self._unread:
+            if not acked.done():
+                waiting.append((topic, acked))
+            elif self._refused is None:
+                error = (
+                    asyncio.CancelledError("the send was cancelled")
+                    if acked.cancelled()
+                    else acked.exception()
+                )
+                if error is not None:
+                    why = f"{type(error).__name__}: {error}"
+                    refused = SendRefused(f"a record sent to {topic} was refused ({why})")
+                    refused.__cause__ = error
+                    self._refused = refused
+        self._unread = waiting
+        # Futures long unanswered (a broker away) are not walked again at every send.
+        self._read_at = max(READ_AT_LEAST, 2 * len(waiting))
 
     async def send(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
@@ -36,7 +77,12 @@ class DirectSends:
         if producer is None:
             # Faust's own error for it: the guard lets it through (not the message's fault).
             raise NotReady("the producer has not started")
-        return await producer.send(topic, value, key=key, partition=partition)
+        acked: asyncio.Future[Any] = await producer.send(topic, value, key=key, partition=partition)
+        unread = self._unread
+        unread.append((topic, acked))
+        if len(unread) >= self._read_at:
+            self._read_answers()
+        return acked
 
     async def put(
         self, table: Any, key: str, value: bytes | None, partition: int

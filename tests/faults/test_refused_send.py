@@ -1,0 +1,88 @@
+"""A record the broker refuses stops the worker before the input that produced it is committed.
+
+The worker's hot paths hand records straight to the producer and read the broker's answers
+only before a commit. Here the broker refuses every host-state record (the topic's
+`max.message.bytes` is set below the record's size), as it would refuse one after the
+producer's retries were spent. The worker must stop with one clear line instead of committing
+the object-created record past it: committed, that input would never be handled again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from kairos.floor.settings import Settings
+from tests.support.agents import ScannerFleet
+from tests.support.factories import host_created
+from tests.support.kafka import publish, start_producer, wait_until
+
+pytestmark = pytest.mark.integration
+
+REFUSED_LINE = "was refused"
+
+
+async def set_max_message_bytes(settings: Settings, topic: str, value: str) -> None:
+    admin = AIOKafkaAdminClient(**settings.kafka_client_options())
+    await admin.start()
+    try:
+        resource = ConfigResource(
+            ConfigResourceType.TOPIC, topic, configs={"max.message.bytes": value}
+        )
+        await admin.alter_configs([resource])
+    finally:
+        await admin.close()
+
+
+async def committed_offset(settings: Settings, partition: TopicPartition) -> int | None:
+    consumer = AIOKafkaConsumer(
+        **settings.kafka_client_options(),
+        group_id=f"{settings.topic_prefix}{settings.app_id}",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        committed: int | None = await consumer.committed(partition)
+        return committed
+    finally:
+        await consumer.stop()
+
+
+async def test_a_refused_record_stops_the_worker_before_its_input_is_committed(
+    settings: Settings, workers, broker_kind: str
+) -> None:
+    if broker_kind == "tansu":
+        pytest.skip("tansu (the dev fallback) keeps no per-topic max.message.bytes to refuse by")
+    names = settings.topics
+    producer = await start_producer(settings)
+    worker = workers(settings)
+    try:
+        async with ScannerFleet(settings) as fleet:
+            await publish(producer, names.object_created, "accepted", host_created("accepted"))
+            await wait_until(lambda: fleet.commands, timeout=30, what="the first host's scan")
+
+        await set_max_message_bytes(settings, names.host_state, "64")
+        sent = await producer.send_and_wait(
+            names.object_created,
+            host_created("refused").model_dump_json().encode(),
+            key=b"refused",
+        )
+        await wait_until(
+            lambda: worker.process.poll() is not None,
+            timeout=60,
+            what="the worker to stop once its host-state record was refused",
+        )
+        log = worker.log()
+        assert REFUSED_LINE in log, log[-4000:]
+        assert names.host_state in log, "the line names the topic that refused the record"
+
+        partition = TopicPartition(sent.topic, sent.partition)
+        committed = await committed_offset(settings, partition)
+        assert committed is None or committed <= sent.offset, (
+            f"committed {committed} past the refused host's input at {sent.offset}"
+        )
+    finally:
+        await set_max_message_bytes(settings, names.host_state, "1048588")
+        await producer.stop()
