@@ -93,6 +93,8 @@ class HostStage:
         self.settings = settings
         self.clock = clock
         self.names = settings.topics
+        self.topics = frozenset(input_topics(self.names))
+        """The topics whose records the consumer hands to `handle_batch` (streams.consumer)."""
         self.hosts = hosts
         self.host_signals = host_signals
         self.hosts_by_partition = HostsByPartition(settings.partitions)
@@ -106,10 +108,6 @@ class HostStage:
         self._gathered: list[DispatchRequested | SlotReleased] | None = None
         """While a pass over many hosts runs: their requests, sent as one batch at its end."""
 
-    @property
-    def topics(self) -> frozenset[str]:
-        """The topics whose records the consumer hands to `handle_batch` (streams.consumer)."""
-        return frozenset(input_topics(self.names))
 
     async def agent(self, stream: Any) -> None:
         """Subscribes the worker to `topics`. The consumer hands their records to

@@ -74,6 +74,7 @@ async def test_a_refused_record_stops_the_worker_before_its_input_is_committed(
             timeout=60,
             what="the worker to stop once its host-state record was refused",
         )
+        assert worker.process.returncode != 0, "a supervisor must see the worker failed"
         log = worker.log()
         assert REFUSED_LINE in log, log[-4000:]
         assert names.host_state in log, "the line names the topic that refused the record"
