@@ -108,7 +108,6 @@ class HostStage:
         self._gathered: list[DispatchRequested | SlotReleased] | None = None
         """While a pass over many hosts runs: their requests, sent as one batch at its end."""
 
-
     async def agent(self, stream: Any) -> None:
         """Subscribes the worker to `topics`. The consumer hands their records to
         `handle_batch` before Faust's conductor sees them; one that came here is handled alike."""
@@ -252,7 +251,11 @@ class HostStage:
                     schedule=after,
                     changed_at=self.clock.now(),
                 )
-                await direct.send(self.names.host_state, host_id.encode(), codec.encode(change))
+                # The host's own partition, as the default partitioner would pick it (topics
+                # with the same count, checked at start), without its murmur2 in Python.
+                await direct.send(
+                    self.names.host_state, host_id.encode(), codec.encode(change), partition
+                )
         for message in (*decision.dispatch, *decision.releases):
             await self.dispatch(message)
         if decision.held_busy:
