@@ -371,6 +371,26 @@ def test_between_agrees_with_next(sched: Schedule, start: datetime, hours: int) 
     assert between == [o for o in following if o.at < end]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    recurrence=st.sampled_from(RECURRENCES),
+    jitter=st.sampled_from([0, 300]),
+    excluded=st.booleans(),
+    after=instants,
+)
+def test_utc_schedules_take_the_short_path_to_the_same_instants(
+    recurrence: dict[str, str], jitter: int, excluded: bool, after: datetime
+) -> None:
+    # Etc/GMT never changes its offset either, but is read through the general path.
+    def in_zone(zone: str) -> Schedule:
+        exclusions = [blackout("0 1 * * *", 90)] if excluded else []
+        return schedule(recurrence, timezone=zone, jitter_seconds=jitter, exclusions=exclusions)
+
+    short = next_occurrences(in_zone("UTC"), after, count=12)
+    assert short == next_occurrences(in_zone("Etc/GMT"), after, count=12)
+    assert len(short) == 12
+
+
 windows = st.sampled_from(
     [
         blackout("0 1 * * *", 90),
