@@ -39,10 +39,10 @@ from schemas.internal import (
 )
 from schemas.objects import ObjectEvent
 from schemas.results import ERROR_MAX_CHARS, ScanCompleted
-from schemas.schedules import RunPlan
+from schemas.schedules import RunPlan, ScheduleStateChanged
 from schemas.state import HostSchedule
 from streams import codec
-from streams.stages.schedules import is_schedule_message
+from streams.stages.schedules import is_schedule_message, may_change_triggers
 from tests.unit.factories import (
     HOST,
     NOW,
@@ -52,7 +52,7 @@ from tests.unit.factories import (
     scan_failed,
     scan_succeeded,
 )
-from tests.unit.test_schedules_factories import cron, schedule
+from tests.unit.test_schedules_factories import created_state, cron, schedule
 
 NAIVE = datetime(2026, 3, 1, 12, 0)
 schedule_change: TypeAdapter[Any] = TypeAdapter(ScheduleChange)
@@ -399,6 +399,30 @@ def test_a_schedules_due_signal_is_told_from_a_single_schedule_due() -> None:
     assert is_schedule_message(codec.encode(many))  # The host stage hands it on.
     with pytest.raises(ValidationError, match="schedule_ids"):
         SchedulesDue(schedule_ids=(), wake_at=NOW)
+
+
+def test_only_records_that_may_touch_the_trigger_index_are_decoded() -> None:
+    def change(schedule_id: str, recurrence: dict[str, Any] | None = None, **fields: Any) -> bytes:
+        sched = schedule(recurrence or cron("* * * * *"), schedule_id=schedule_id, **fields)
+        state = created_state(sched)
+        return codec.encode(
+            ScheduleStateChanged(schedule_id=schedule_id, version=1, state=state, changed_at=NOW)
+        )
+
+    on_created = {"run_on": "host", "operation": "created"}
+    trigger = change("on-create", recurrence={"kind": "none"}, trigger=on_created)
+    plain = change("nightly")
+    named_in_args = change("nightly", args={"trigger": {"note": "not a trigger"}})
+    gone = codec.encode(
+        ScheduleStateChanged(schedule_id="on-create", version=2, state=None, changed_at=NOW)
+    )
+
+    assert may_change_triggers(b"on-create", trigger, {})
+    assert not may_change_triggers(b"nightly", plain, {})
+    assert may_change_triggers(b"nightly", named_in_args, {})  # Decoded, found to be none.
+    assert may_change_triggers(b"on-create", gone, {"on-create": object()})
+    assert not may_change_triggers(b"on-create", gone, {})
+    assert may_change_triggers(None, plain, {})
 
 
 def test_fan_outs_joined_from_encoded_fan_outs_decode_as_one_batch() -> None:
