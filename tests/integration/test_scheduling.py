@@ -392,6 +392,48 @@ async def test_results_for_a_deleted_host_are_ignored(settings: Settings, worker
     assert worker.process.poll() is None
 
 
+async def test_a_replayed_input_publishes_the_hosts_state_again(
+    settings: Settings, workers
+) -> None:
+    # After a crash an input is handled again; its state write may have reached the
+    # changelog while its host-state record did not. The replay changes nothing, so the
+    # worker publishes the current state again for the read model.
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    created = host_created("again-1")
+
+    def records() -> list[dict[str, Any]]:
+        return [c for c in collected.values(names.host_state) if c["host_id"] == "again-1"]
+
+    async with (
+        Collector(settings, names.host_state) as collected,
+        ScannerFleet(settings, answer=lambda command: False) as fleet,
+    ):
+        await publish(producer, names.object_created, "again-1", created)
+        await wait_until(lambda: len(fleet.commands) >= 1, timeout=15, what="a command")
+        command_id = fleet.commands[0]["command_id"]
+        await collected.wait_for(
+            lambda: any(
+                (r["schedule"].get("in_flight") or {}).get("command_id") == command_id
+                for r in records()
+            ),
+            timeout=15,
+            what="the command in the host's state",
+        )
+        seen = len(records())
+        newest = max(r["version"] for r in records())
+        await publish(producer, names.object_created, "again-1", created)
+        await collected.wait_for(
+            lambda: len(records()) > seen, timeout=15, what="the state published again"
+        )
+    await producer.stop()
+    again = records()[seen]
+    assert again["version"] == newest
+    assert again["schedule"]["host_id"] == "again-1"
+    assert len(fleet.commands) == 1  # The replay claimed nothing.
+
+
 async def test_config_change_replans_scheduled_hosts_from_their_last_completion(
     fast_settings: Settings, workers
 ) -> None:
