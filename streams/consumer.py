@@ -19,7 +19,9 @@ offset order), in the consumer's own loop, at most `BATCH_MAX_RECORDS` at a time
 most `SLICE_SECONDS` per call. A fetch not worked through in its slice is continued by the next
 calls, and each of those first fetches the partitions Faust's agents read (not the inputs), so
 the dispatcher sees the claims of the last slice while a backlog of inputs lasts. Handled in
-one go, a fetch of 100,000 due hosts held every command back until its end.
+one go, a fetch of 100,000 due hosts held every command back until its end. A stage may also
+end a slice early (`handed_over`): after a schedule due pass, whose claims the dispatcher
+should see before the next pass of the same tick runs.
 Faust's bookkeeping stays as it was: a record is acknowledged once handled, so the offset Faust
 commits (after flushing the producer) never passes a record whose output is not acknowledged
 by the broker; a record counts as unacknowledged while it is handled, so a rebalance waits for
@@ -69,6 +71,10 @@ class BatchInputs(Protocol):
 
         Returns how many records, from the first, were handled: only those are acknowledged.
         """
+
+    def handed_over(self) -> bool:
+        """The stage stopped early to end the slice now (a unit of work whose output waits for
+        the dispatcher); asking resets it."""
 
 
 class PromptConsumerThread(AIOKafkaConsumerThread):
@@ -242,6 +248,8 @@ class WorkerConsumer(RewindingConsumer):
             while handled < len(records) and go_on():
                 try:
                     handled += await inputs.handle_batch(records[handled:], go_on)
+                    if inputs.handed_over():
+                        break
                 except INFRASTRUCTURE_ERRORS as error:
                     # Handled again from the batch's first unacknowledged record: those before
                     # the failing one come again as a replay does, and are absorbed the same

@@ -107,6 +107,8 @@ class HostStage:
         self._counters = counters
         self._gathered: list[DispatchRequested | SlotReleased] | None = None
         """While a pass over many hosts runs: their requests, sent as one batch at its end."""
+        self._handing_over = False
+        """The consumer's slice ends after the record in hand (`hand_over`)."""
 
     async def agent(self, stream: Any) -> None:
         """Subscribes the worker to `topics`. The consumer hands their records to
@@ -124,7 +126,7 @@ class HostStage:
         handled = 0
         async with self.gathering():
             for message in records:
-                if not go_on():
+                if not go_on() or self._handing_over:
                     break
                 origin = (
                     message.topic,
@@ -299,6 +301,24 @@ class HostStage:
             self._gathered = None
             if gathered:
                 await self._dispatcher.request_all(gathered)
+
+    def hand_over(self) -> None:
+        """End the consumer's slice after the record in hand, so Faust's agents (the
+        dispatcher) get the records fetched meanwhile before the next input is handled."""
+        self._handing_over = True
+
+    def handed_over(self) -> bool:
+        """Whether a slice was to end (see `hand_over`); asking resets it."""
+        asked, self._handing_over = self._handing_over, False
+        return asked
+
+    async def send_gathered(self) -> None:
+        """Send the requests gathered so far, before the gathering ends; later ones go with it."""
+        gathered = self._gathered
+        if gathered:
+            batch = list(gathered)
+            gathered.clear()
+            await self._dispatcher.request_all(batch)
 
     async def signal(self, key: bytes | None, value: bytes, partition: int | None = None) -> None:
         """A record on kairos-host-signals, sent directly: the schedule stage's signals take

@@ -58,7 +58,7 @@ from schemas.state import HostSchedule
 from schemas.topics import TopicNames
 from streams import codec, topology
 from streams.codec import Undecodable
-from streams.direct import DirectSends
+from streams.direct import PARTITION_IN_HAND, DirectSends
 from streams.due_index import DueIndex
 from streams.guard import Guard
 from streams.partition_index import HostsByPartition, by_partition, partition_of
@@ -104,6 +104,10 @@ class StageHost(Protocol):
     async def dispatch(self, message: DispatchRequested | SlotReleased) -> None: ...
 
     def gathering(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def send_gathered(self) -> None: ...
+
+    def hand_over(self) -> None: ...
 
     async def signal(
         self, key: bytes | None, value: bytes, partition: int | None = None
@@ -191,8 +195,9 @@ class ScheduleStage:
         self.triggers: dict[str, Schedule] = {}
         self.counters: Counter[str] = Counter()
         self._names = worker.names
-        self._fan_outs: defaultdict[int, list[bytes]] | None = None
+        self._fan_outs: defaultdict[int, list[ScheduleFanOut]] | None = None
         """While a pass over many schedules runs: its fan-outs by destination partition."""
+        self._assignor = app.assignor
         self._last_loaded: tuple[str, bytes, ScheduleState] | None = None
         """The state last read or stored, with the very bytes the table holds for it: a due
         schedule is read again right after its decision is stored (a fifth of a due pass was
@@ -247,7 +252,8 @@ class ScheduleStage:
     ) -> None:
         """Each schedule as if it had its own `ScheduleDue`; one's failure parks only that one.
 
-        The runs they start are fanned out at the end, one record per destination partition."""
+        The runs they start are fanned out at the end, one record per destination partition
+        (handled here for this worker's own partitions), and their claims go out at once."""
         async with self._gathering_fan_outs():
             for schedule_id in due.schedule_ids:
                 signal = ScheduleDue(schedule_id=schedule_id, wake_at=due.wake_at)
@@ -255,11 +261,23 @@ class ScheduleStage:
                 await self.worker.guard.handled(
                     origin, self._handle_due_or_keyed(schedule_id, signal, now, origin)
                 )
+        # The signals of one tick are fetched together: the next passes must not hold these
+        # claims back. They go out now, and the consumer lets the dispatcher have its records
+        # before the next pass (a slice would otherwise run several passes).
+        await self.worker.send_gathered()
+        self.worker.hand_over()
 
     @contextlib.asynccontextmanager
     async def _gathering_fan_outs(self) -> AsyncIterator[None]:
         """Fan-outs made inside go out when it ends (also by an error), one record per
-        destination partition: a stream pass there costs more than the fan-out it carries."""
+        destination partition: a stream pass there costs more than the fan-out it carries.
+
+        Those of this worker's own partitions that name their targets are handled at once
+        instead. As records they would wait behind every other due signal of the tick, fetched
+        together (a cron minute's first command came only after all its due passes); their
+        recovery is the records' own: a fan-out a crash cut short is sent again
+        (`_fan_out_again`). A fan-out over every host stays a record: handled here it would
+        hold the loop for all the worker's partitions at once."""
         if self._fan_outs is not None:
             yield
             return
@@ -268,8 +286,33 @@ class ScheduleStage:
             yield
         finally:
             self._fan_outs = None
-            for partition, encoded in gathered.items():
-                await self._send_fan_outs(partition, encoded)
+            topic = self._names.host_signals
+            owned = {tp.partition for tp in self._assignor.assigned_actives() if tp.topic == topic}
+            for partition, fan_outs in gathered.items():
+                in_hand: list[ScheduleFanOut] = []
+                records: list[ScheduleFanOut] = []
+                for fan_out in fan_outs:
+                    named = _named_targets(fan_out.schedule, fan_out.run) is not None
+                    (in_hand if named and partition in owned else records).append(fan_out)
+                if in_hand:
+                    await self._fan_outs_in_hand(in_hand, partition)
+                if records:
+                    encoded = [codec.encode(fan_out) for fan_out in records]
+                    await self._send_fan_outs(partition, encoded)
+
+    async def _fan_outs_in_hand(self, fan_outs: list[ScheduleFanOut], partition: int) -> None:
+        """Each fan-out handled as if its record had come on `partition`, under its own guard."""
+        worker = self.worker
+        now = worker.clock.now()
+        in_hand = PARTITION_IN_HAND.set(partition)  # The host-side tables' writes go there.
+        try:
+            async with worker.gathering():
+                for fan_out in fan_outs:
+                    key = fan_out.schedule.id.encode()
+                    origin = (self._names.host_signals, partition, None, key, codec.encode(fan_out))
+                    await worker.guard.handled(origin, self._fan_out_here(fan_out, partition, now))
+        finally:
+            PARTITION_IN_HAND.reset(in_hand)
 
     async def _send_fan_outs(self, partition: int, encoded: list[bytes]) -> None:
         """In records that stay well below Kafka's message limit (a schedule's args alone may
@@ -480,12 +523,14 @@ class ScheduleStage:
             await self._keep_pending(
                 schedule.id, fanned_out(self._pending(schedule.id), run, len(partitions))
             )
-        fan_out = codec.encode(ScheduleFanOut(schedule=schedule, run=run, expected=len(partitions)))
-        for partition in partitions:
-            if self._fan_outs is not None:
+        fan_out = ScheduleFanOut(schedule=schedule, run=run, expected=len(partitions))
+        if self._fan_outs is not None:
+            for partition in partitions:
                 self._fan_outs[partition].append(fan_out)
-            else:
-                await self.worker.signal(schedule.id.encode(), fan_out, partition)
+            return state, False
+        encoded = codec.encode(fan_out)
+        for partition in partitions:
+            await self.worker.signal(schedule.id.encode(), encoded, partition)
         return state, False
 
     def _fan_out_partitions(self, schedule: Schedule, run: RunPlan) -> list[int]:
