@@ -551,8 +551,8 @@ def _wall_instants(
     walls = _wall_rule(recurrence, schedule.id, anchor)
     if schedule.timezone in _UTC_NAMES:
         # No clock change ever: every wall time is its own instant, none repeated or
-        # skipped. The general path below costs several conversions per instant, and a
-        # due pass over many schedules spent a fifth of its time in them.
+        # skipped. The general path below costs several conversions per instant: about a
+        # third of a due check of a once-a-minute cron schedule.
         for wall in walls.forward(lower.astimezone(UTC).replace(tzinfo=None)):
             yield wall.replace(tzinfo=UTC)
         return
