@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -24,7 +24,12 @@ log = logging.getLogger(__name__)
 INFRASTRUCTURE_ERRORS = (KafkaError, ConnectionError, FaustError)
 """Failures of the broker or the runtime, not of one message; never parked as poison."""
 
-Origin = tuple[str, int | None, int | None, bytes | None, bytes | None]
+Raw = bytes | Callable[[], bytes] | None
+"""A message's value, or how to encode it: one handled out of a batch is encoded only if it is
+parked, which almost none is (a cron minute's due pass used to encode each schedule's signal
+and fan-out for nothing)."""
+
+Origin = tuple[str, int | None, int | None, bytes | None, Raw]
 """Where a message came from: topic, partition, offset, key, raw value."""
 
 
@@ -72,11 +77,13 @@ class Guard:
         partition: int | None,
         offset: int | None,
         key: bytes | None,
-        raw: bytes | None,
+        raw: Raw,
         reason: str,
         part: int | None = None,
     ) -> None:
         """`part`: which message of the record, when one record carries several."""
+        if callable(raw):
+            raw = raw()
         self._counters["dead_letters"] += 1
         self._metrics.dead_letters.inc(1, topic)
         letter = codec.dead_letter(

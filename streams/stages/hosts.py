@@ -19,6 +19,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from kairos.floor.clock import Clock
@@ -206,7 +207,7 @@ class HostStage:
         async with self.gathering():
             for host_id in due.host_ids:
                 signal = HostDue(host_id=host_id, wake_at=due.wake_at)
-                origin = (topic, partition, offset, host_id.encode(), codec.encode(signal))
+                origin = (topic, partition, offset, host_id.encode(), partial(codec.encode, signal))
                 await self.guard.handled(
                     origin, self._wake_host(host_id, partition, signal, holds_scanner)
                 )

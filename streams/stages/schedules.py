@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -257,7 +258,8 @@ class ScheduleStage:
         async with self._gathering_fan_outs():
             for schedule_id in due.schedule_ids:
                 signal = ScheduleDue(schedule_id=schedule_id, wake_at=due.wake_at)
-                origin = (topic, partition, offset, schedule_id.encode(), codec.encode(signal))
+                raw = partial(codec.encode, signal)
+                origin = (topic, partition, offset, schedule_id.encode(), raw)
                 await self.worker.guard.handled(
                     origin, self._handle_due_or_keyed(schedule_id, signal, now, origin)
                 )
@@ -288,6 +290,14 @@ class ScheduleStage:
             self._fan_outs = None
             topic = self._names.host_signals
             owned = {tp.partition for tp in self._assignor.assigned_actives() if tp.topic == topic}
+            encodings: dict[int, bytes] = {}  # A run over every host goes to every partition.
+
+            def encoded_once(fan_out: ScheduleFanOut) -> bytes:
+                encoded = encodings.get(id(fan_out))
+                if encoded is None:
+                    encoded = encodings[id(fan_out)] = codec.encode(fan_out)
+                return encoded
+
             for partition, fan_outs in gathered.items():
                 in_hand: list[ScheduleFanOut] = []
                 records: list[ScheduleFanOut] = []
@@ -297,8 +307,7 @@ class ScheduleStage:
                 if in_hand:
                     await self._fan_outs_in_hand(in_hand, partition)
                 if records:
-                    encoded = [codec.encode(fan_out) for fan_out in records]
-                    await self._send_fan_outs(partition, encoded)
+                    await self._send_fan_outs(partition, [encoded_once(f) for f in records])
 
     async def _fan_outs_in_hand(self, fan_outs: list[ScheduleFanOut], partition: int) -> None:
         """Each fan-out handled as if its record had come on `partition`, under its own guard."""
@@ -308,8 +317,8 @@ class ScheduleStage:
         try:
             async with worker.gathering():
                 for fan_out in fan_outs:
-                    key = fan_out.schedule.id.encode()
-                    origin = (self._names.host_signals, partition, None, key, codec.encode(fan_out))
+                    key, raw = fan_out.schedule.id.encode(), partial(codec.encode, fan_out)
+                    origin = (self._names.host_signals, partition, None, key, raw)
                     await worker.guard.handled(origin, self._fan_out_here(fan_out, partition, now))
         finally:
             PARTITION_IN_HAND.reset(in_hand)
@@ -329,7 +338,7 @@ class ScheduleStage:
         async with worker.gathering():
             for fan_out in batch.fan_outs:
                 key = fan_out.schedule.id.encode()
-                origin = (topic, partition, offset, key, codec.encode(fan_out))
+                origin = (topic, partition, offset, key, partial(codec.encode, fan_out))
                 await worker.guard.handled(origin, self._fan_out_here(fan_out, partition, now))
 
     async def _handle_due_or_keyed(

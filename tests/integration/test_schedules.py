@@ -349,5 +349,6 @@ async def test_a_schedule_whose_evaluation_fails_is_dead_lettered_and_others_kee
     # The upsert itself or the wake-up after it, depending on how far the clock has run.
     assert letter["source_topic"] in (names.schedule_changes, names.host_signals)
     assert letter["error"].startswith("handling failed: OverflowError"), letter["error"]
+    assert "end-of-time" in letter["raw"], letter["raw"]  # The message itself, to replay.
     assert worker.process.poll() is None, "the worker died"
     assert "Crashed" not in worker.log()
