@@ -21,9 +21,13 @@ ALERTS = "alerts"
 HOST_SIGNALS = "kairos-host-signals"
 DISPATCH_QUEUE = "kairos-dispatch-queue"
 HOST_STATE = "kairos-host-state"
+"""Each host's latest state, compacted, key = host id (`schemas.state.HostStateChanged`). Its
+schedule is written as the worker's table keeps it, with the fields at their defaults left
+out: read it with the model, which gives them back."""
 SCHEDULER_CONTROL = "kairos-scheduler-control"
 SCHEDULES = "kairos-schedules"
-"""Generic schedules' state, compacted, key = schedule id (read whole by every worker)."""
+"""Generic schedules' state, compacted, key = schedule id (read whole by every worker); the
+state as the worker's table keeps it, without its null fields."""
 SCHEDULE_RUNS = "kairos-schedule-runs"
 """Schedule run records, key = schedule id; kept by time, not compacted.
 

@@ -71,6 +71,38 @@ def encode(model: BaseModel) -> bytes:
     return model.model_dump_json().encode()
 
 
+def host_state_changed_record(
+    host_id: str, version: int, stored: bytes | None, changed_at: datetime
+) -> bytes:
+    """A `HostStateChanged` around the host's schedule as its table stores it, not encoded
+    again: that second encoding was 18 % of a scan result's handling (py-spy, `bench
+    throughput`). It reads back as the full record; it only leaves out default values."""
+    shell = HostStateChanged(host_id=host_id, version=version, schedule=None, changed_at=changed_at)
+    return _spliced(encode(shell), b'"schedule":null', b'"schedule":', stored)
+
+
+def schedule_state_changed_record(
+    schedule_id: str, version: int, stored: bytes | None, changed_at: datetime
+) -> bytes:
+    """A `ScheduleStateChanged` around the schedule's state as its table stores it (as
+    `host_state_changed_record`; a cron run stores its schedule's state three times)."""
+    shell = ScheduleStateChanged(
+        schedule_id=schedule_id, version=version, state=None, changed_at=changed_at
+    )
+    return _spliced(encode(shell), b'"state":null', b'"state":', stored)
+
+
+def _spliced(shell: bytes, empty: bytes, field: bytes, value: bytes | None) -> bytes:
+    """`shell` with its `empty` field given `value`. The field is found from the end: every
+    field after it is a timestamp, and a string before it cannot hold `empty` unescaped."""
+    if value is None:
+        return shell
+    head, found, tail = shell.rpartition(empty)
+    if not found:
+        raise ValueError(f"{empty!r} not in the record to fill")
+    return head + field + value + tail
+
+
 def dispatch_batch(encoded: list[bytes]) -> bytes:
     """A `DispatchBatch` of messages each already encoded, without encoding them again."""
     return b'{"kind":"dispatch.batch","messages":[' + b",".join(encoded) + b"]}"

@@ -35,7 +35,7 @@ from schemas.internal import (
 )
 from schemas.objects import ObjectEvent
 from schemas.results import ScanCompleted
-from schemas.state import HostSchedule, HostStateChanged
+from schemas.state import HostSchedule
 from schemas.topics import TopicNames
 from streams import codec
 from streams.codec import Undecodable
@@ -249,13 +249,13 @@ class HostStage:
                 self.hosts_by_partition.add(host_id)
             if after is None or before is None or after.version != before.version:
                 version = after.version if after else (before.version + 1 if before else 0)
-                await self._publish_state(host_id, partition, version, after)
+                await self._publish_state(host_id, partition, version, encoded or None)
         elif decision.ignored == "duplicate_event" and after is not None:
             # A replayed input (handled before a crash, its offset not committed): its state
             # write may have reached the changelog while its host-state record did not, and
             # the replay changes nothing. The current state again costs the projector a
             # version check; without it the read model could lag until the host's next change.
-            await self._publish_state(host_id, partition, after.version, after)
+            await self._publish_state(host_id, partition, after.version, stored_schedule(after))
         for message in (*decision.dispatch, *decision.releases):
             await self.dispatch(message)
         if decision.held_busy:
@@ -268,16 +268,13 @@ class HostStage:
             self.due_index.set(host_id, wake_at(after, self._control.config) if after else None)
 
     async def _publish_state(
-        self, host_id: str, partition: int, version: int, after: HostSchedule | None
+        self, host_id: str, partition: int, version: int, stored: bytes | None
     ) -> None:
-        change = HostStateChanged(
-            host_id=host_id, version=version, schedule=after, changed_at=self.clock.now()
-        )
+        """`stored`: the schedule as `stored_schedule` encoded it; None, the host is gone."""
+        change = codec.host_state_changed_record(host_id, version, stored, self.clock.now())
         # The host's own partition, as the default partitioner would pick it (topics with the
         # same count, checked at start), without its murmur2 in Python.
-        await self._direct.send(
-            self.names.host_state, host_id.encode(), codec.encode(change), partition
-        )
+        await self._direct.send(self.names.host_state, host_id.encode(), change, partition)
 
     async def dispatch(self, message: DispatchRequested | SlotReleased) -> None:
         """Hand a request or a release to the dispatcher; the schedule stage's way there too."""

@@ -503,6 +503,7 @@ class ScheduleStage:
         state: ScheduleState | None,
         now: datetime,
     ) -> None:
+        encoded = None
         if state is None:
             await self._delete(self.table, schedule_id)
             await self._delete(self.fanouts, schedule_id)
@@ -514,10 +515,8 @@ class ScheduleStage:
             await self._put(self.table, schedule_id, encoded)
             self._last_loaded = (schedule_id, encoded, state)
         version = state.version if state else (before.version + 1 if before else 0)
-        change = ScheduleStateChanged(
-            schedule_id=schedule_id, version=version, state=state, changed_at=now
-        )
-        await self._send(self._names.schedules, schedule_id, codec.encode(change))
+        change = codec.schedule_state_changed_record(schedule_id, version, encoded, now)
+        await self._send(self._names.schedules, schedule_id, change)
         self.due_index.set(schedule_id, wake_at(state) if state else None)
 
     async def _start(

@@ -15,6 +15,7 @@ import pytest
 from kairos.floor.settings import Settings
 from schemas.base import CommandReason, ComplianceState
 from schemas.internal import DispatchRequested
+from schemas.state import HostSchedule
 from schemas.topics import CONFIG_KEY
 from streams import codec
 from tests.support.agents import ScannerFleet, always
@@ -241,8 +242,9 @@ async def test_short_maintenance_ends_at_its_end_while_the_next_scan_is_a_day_aw
     await allow_slow_answers(fast_settings, producer)  # A late result leaves no compliant host.
 
     def states() -> list[dict[str, Any]]:
+        # Read as a consumer reads them, with the contract's model: records leave out defaults.
         return [
-            change["schedule"]
+            HostSchedule.model_validate(change["schedule"]).model_dump(mode="json")
             for change in collected.values(names.host_state)
             if change.get("schedule") and change["host_id"] == "short-1"
         ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from schemas.state import STATE_FORMAT, HostSchedule
+from schemas.schedules import ScheduleStateChanged
+from schemas.state import STATE_FORMAT, HostSchedule, HostStateChanged
+from streams import codec
 from streams.policy.host import decide
 from streams.stages.hosts import stored_schedule
 from tests.unit.factories import (
@@ -19,6 +21,8 @@ from tests.unit.factories import (
     scan_failed,
     scanned,
 )
+from tests.unit.test_schedules_factories import created_state, cron, tick
+from tests.unit.test_schedules_factories import schedule as schedule_of
 
 
 def _states() -> list[HostSchedule]:
@@ -69,3 +73,37 @@ def test_a_default_left_out_is_given_back_when_read() -> None:
 
     assert "is_active" not in values.get("attributes", {})
     assert HostSchedule.model_validate_json(json.dumps(values)).attributes.is_active
+
+
+def test_a_host_state_record_around_the_stored_schedule_reads_as_the_full_record() -> None:
+    for schedule in _states():
+        for host_id in (schedule.host_id, 'odd "schedule":null host', "hôte\\n"):
+            record = codec.host_state_changed_record(host_id, 7, stored_schedule(schedule), NOW)
+
+            full = HostStateChanged(host_id=host_id, version=7, schedule=schedule, changed_at=NOW)
+            assert HostStateChanged.model_validate_json(record) == full
+            assert len(record) < len(codec.encode(full))
+
+
+def test_a_deleted_hosts_record_has_no_schedule() -> None:
+    record = codec.host_state_changed_record("gone-1", 3, None, NOW)
+
+    assert HostStateChanged.model_validate_json(record) == HostStateChanged(
+        host_id="gone-1", version=3, schedule=None, changed_at=NOW
+    )
+
+
+def test_a_schedule_state_record_around_the_stored_state_reads_as_the_full_record() -> None:
+    created = created_state(schedule_of(cron("*/5 * * * *")))
+    running = tick(created, NOW + timedelta(hours=1)).state
+    for state in (created, running):
+        assert state is not None
+        stored = state.model_dump_json(exclude_none=True).encode()
+
+        record = codec.schedule_state_changed_record('nightly "state":null', 4, stored, NOW)
+
+        assert ScheduleStateChanged.model_validate_json(record) == ScheduleStateChanged(
+            schedule_id='nightly "state":null', version=4, state=state, changed_at=NOW
+        )
+    deleted = codec.schedule_state_changed_record("nightly", 5, None, NOW)
+    assert ScheduleStateChanged.model_validate_json(deleted).state is None
