@@ -12,6 +12,7 @@ so an input is never committed after a record it produced was refused.
 from __future__ import annotations
 
 import asyncio
+import json
 from contextvars import ContextVar
 from typing import Any
 
@@ -92,7 +93,7 @@ class DirectSends:
         `partition` is the table partition the key lives in: the input partition it came from.
         """
         changelog = table.changelog_topic
-        key_bytes, _ = changelog.prepare_key(key, table.key_serializer)
+        key_bytes = changelog_key(table, key)
         # Queued first: a send that fails leaves the table as its changelog has it.
         acked = await self.send(changelog.get_topic_name(), key_bytes, value, partition)
         if value is None:
@@ -113,3 +114,12 @@ class DirectSends:
                 )
             partition = event.message.partition
         await self.put(table, key, value, partition)
+
+
+def changelog_key(table: Any, key: str) -> bytes:
+    """`key` as Faust writes it to `table`'s changelog: JSON for the str keys Kairos' tables
+    declare, the bytes `json.dumps` gives, without Faust's codec registry (2.2 against 0.3 µs)."""
+    if table.key_serializer == "json":
+        return json.dumps(key).encode()
+    key_bytes, _ = table.changelog_topic.prepare_key(key, table.key_serializer)
+    return bytes(key_bytes)
