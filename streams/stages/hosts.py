@@ -125,7 +125,9 @@ class HostStage:
         """
         await self._control.ready.wait()
         handled = 0
-        async with self.gathering():
+        # The hosts changelog and kairos-host-state are written by this pass alone: their
+        # records go out as one batch per partition (`DirectSends.batching`).
+        async with self._direct.batching(), self.gathering():
             for message in records:
                 if not go_on() or self._handing_over:
                     break
@@ -242,10 +244,10 @@ class HostStage:
                 )
             direct = self._direct
             if after is None:
-                await direct.put(self.hosts, host_id, None, partition)
+                await direct.put_queued(self.hosts, host_id, None, partition)
                 self.hosts_by_partition.discard(host_id)
             else:
-                await direct.put(self.hosts, host_id, encoded, partition)
+                await direct.put_queued(self.hosts, host_id, encoded, partition)
                 self.hosts_by_partition.add(host_id)
             if after is None or before is None or after.version != before.version:
                 version = after.version if after else (before.version + 1 if before else 0)
@@ -274,7 +276,7 @@ class HostStage:
         change = codec.host_state_changed_record(host_id, version, stored, self.clock.now())
         # The host's own partition, as the default partitioner would pick it (topics with the
         # same count, checked at start), without its murmur2 in Python.
-        await self._direct.send(self.names.host_state, host_id.encode(), change, partition)
+        await self._direct.queue(self.names.host_state, host_id.encode(), change, partition)
 
     async def dispatch(self, message: DispatchRequested | SlotReleased) -> None:
         """Hand a request or a release to the dispatcher; the schedule stage's way there too."""

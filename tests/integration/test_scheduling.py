@@ -18,6 +18,7 @@ from schemas.internal import DispatchRequested
 from schemas.state import HostSchedule
 from schemas.topics import CONFIG_KEY
 from streams import codec
+from streams.topology import HOSTS
 from tests.support.agents import ScannerFleet, always
 from tests.support.factories import (
     config_updated,
@@ -361,9 +362,7 @@ async def test_an_unreadable_message_in_a_dispatch_batch_costs_only_itself(
     async with Collector(settings, names.dead_letters, names.scan_commands) as collected:
         await publish(producer, names.dispatch_queue, "dispatch", batch)
         await collected.wait_for(
-            lambda: (
-                collected.values(names.dead_letters) and collected.values(names.scan_commands)
-            ),
+            lambda: collected.values(names.dead_letters) and collected.values(names.scan_commands),
             timeout=30,
             what="the bad message dead-lettered and the good request issued",
         )
@@ -493,3 +492,56 @@ async def test_new_hosts_first_scans_spread_over_the_initial_window(make_setting
     assert latest - earliest > window / 2, "first scans were not spread"
     # The hosts arrived within a second or so of wall time, a minute or so of scheduler time.
     assert latest - earliest <= window + timedelta(minutes=2)
+
+
+async def test_a_hosts_changes_handled_together_reach_its_changelog_and_host_state_in_order(
+    settings: Settings, workers
+) -> None:
+    # A pass hands the host stage's records to the producer as one batch per partition at its
+    # end: a host changed many times in one fetch must still come out version after version,
+    # and its changelog (what a restarted worker recovers from) must end at the last one.
+    workers(settings)
+    names = settings.topics
+    changelog = HOSTS.changelog(settings)
+    producer = await start_producer(settings)
+
+    def versions(topic: str, key: bytes) -> list[int]:
+        found = []
+        for record in list(collected.records):
+            if record.topic != topic or record.key != key or not record.value:
+                continue
+            if topic == names.host_state:
+                change = codec.decode(codec.host_state_changed, record.value)
+                found.append(change.version)
+            else:
+                found.append(HostSchedule.model_validate_json(record.value).version)
+        return found
+
+    async with Collector(settings, names.host_state, changelog) as collected:
+        await publish(producer, names.object_created, "order-1", host_created("order-1"))
+        await collected.wait_for(
+            lambda: bool(versions(names.host_state, b"order-1")), timeout=15, what="the host"
+        )
+        for turn in range(12):
+            change = maintenance_set("order-1", enabled=turn % 2 == 0, hours=2)
+            await producer.send(
+                names.schedule_changes, change.model_dump_json().encode(), key=b"order-1"
+            )
+        await producer.flush()
+        await collected.wait_for(
+            lambda: len(versions(names.host_state, b"order-1")) >= 13,
+            timeout=20,
+            what="every change's host-state record",
+        )
+        published = versions(names.host_state, b"order-1")
+        await collected.wait_for(
+            lambda: versions(changelog, b'"order-1"')[-1:] == published[-1:],
+            timeout=20,
+            what="the changelog at the last version",
+        )
+    await producer.stop()
+    stored = versions(changelog, b'"order-1"')
+    assert published == sorted(set(published)), published
+    assert published[-1] - published[0] == len(published) - 1, published
+    assert stored == sorted(set(stored)), stored
+    assert stored[-1] == published[-1]
