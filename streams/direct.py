@@ -147,20 +147,16 @@ class DirectSends:
         key_bytes = changelog_key(table, key)
         # Queued first: a send that fails leaves the table as its changelog has it.
         acked = await self.send(changelog.get_topic_name(), key_bytes, value, partition)
-        if value is None:
-            table.data.pop(key, None)
-        else:
-            table.data[key] = value
+        _set_in_memory(table, key, value)
         return acked
 
     async def put_queued(self, table: Any, key: str, value: bytes | None, partition: int) -> None:
-        """`put` with its changelog record `queue`d."""
+        """`put` with its changelog record `queue`d. The table changes at once and its record
+        follows with the batch: a batch refused stops the worker before its inputs are
+        committed, and the table is rebuilt from the changelog."""
         changelog = table.changelog_topic.get_topic_name()
         await self.queue(changelog, changelog_key(table, key), value, partition)
-        if value is None:
-            table.data.pop(key, None)
-        else:
-            table.data[key] = value
+        _set_in_memory(table, key, value)
 
     async def put_here(self, table: Any, key: str, value: bytes | None) -> None:
         """`put` to the partition of the input being handled: where `table[key] = value` would
@@ -174,6 +170,13 @@ class DirectSends:
                 )
             partition = event.message.partition
         await self.put(table, key, value, partition)
+
+
+def _set_in_memory(table: Any, key: str, value: bytes | None) -> None:
+    if value is None:
+        table.data.pop(key, None)
+    else:
+        table.data[key] = value
 
 
 def changelog_key(table: Any, key: str) -> bytes:
