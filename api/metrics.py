@@ -23,6 +23,7 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 OTHER_METHOD = "OTHER"
 """Method label of every method not in METHODS (`FOO`, `PROPFIND`, ...), for the same reason."""
 
+
 class RequestMetrics:
     """Counters and a latency histogram keyed by (method, route template, status)."""
 

@@ -79,12 +79,7 @@ class HostReplanRequested(Contract):
 
 
 HostSignal = Annotated[
-    HostDue
-    | HostsDue
-    | CommandIssued
-    | IssuedBeforeForce
-    | CommandTimedOut
-    | HostReplanRequested,
+    HostDue | HostsDue | CommandIssued | IssuedBeforeForce | CommandTimedOut | HostReplanRequested,
     Field(discriminator="kind"),
 ]
 

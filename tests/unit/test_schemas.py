@@ -382,8 +382,14 @@ def test_only_a_batch_is_read_message_by_message(raw: bytes | None) -> None:
 def test_dead_letters_of_one_record_are_told_apart_by_part() -> None:
     def letter(part: int | None) -> Any:
         return codec.dead_letter(
-            source_topic="t", partition=0, offset=5, key=None, raw=b"x", error="e",
-            received_at=NOW, part=part,
+            source_topic="t",
+            partition=0,
+            offset=5,
+            key=None,
+            raw=b"x",
+            error="e",
+            received_at=NOW,
+            part=part,
         )
 
     assert letter(None).event_id == letter(None).event_id
