@@ -17,6 +17,7 @@ import typer
 from kairos import eventscli, opscli
 from kairos.agent_cli import agent_app
 from kairos.floor.collection import pace_for_streaming
+from kairos.floor.memory import keep_returning_freed_memory
 from kairos.floor.settings import Settings
 
 if TYPE_CHECKING:
@@ -159,6 +160,7 @@ def run_worker(settings: Settings) -> None:
     settings.workdir.mkdir(parents=True, exist_ok=True)
     kairos_worker = create_worker(settings)
     pace_for_streaming()
+    keep_returning_freed_memory()
     faust.Worker(
         kairos_worker.app,
         loglevel="INFO",
@@ -192,6 +194,7 @@ def run_projector(settings: Settings) -> None:
     clock = clock_for_speed(settings.clock_speed, settings.clock_origin, settings.clock_start)
     projector = Projector(settings, clock)
     pace_for_streaming()
+    keep_returning_freed_memory()
     try:
         asyncio.run(_project_until_signalled(projector, settings))
     except Exception:  # noqa: BLE001 - the process's top level: say why it died, exit non-zero
