@@ -159,8 +159,8 @@ class DirectSends:
         _set_in_memory(table, key, value)
 
     async def put_here(self, table: Any, key: str, value: bytes | None) -> None:
-        """`put` to the partition of the input being handled: where `table[key] = value` would
-        write (Faust's tables live on their inputs' partitions)."""
+        """`put_queued` to the partition of the input being handled: where `table[key] = value`
+        would write (Faust's tables live on their inputs' partitions)."""
         partition = PARTITION_IN_HAND.get()
         if partition is None:
             event = current_event()
@@ -169,7 +169,7 @@ class DirectSends:
                     f"{table.name}[{key!r}] written outside the handling of an input"
                 )
             partition = event.message.partition
-        await self.put(table, key, value, partition)
+        await self.put_queued(table, key, value, partition)
 
 
 def _set_in_memory(table: Any, key: str, value: bytes | None) -> None:
