@@ -463,8 +463,15 @@ def _finish(
     if event_id is not None:
         recent = (*values["recent_event_ids"], event_fingerprint(event_id))
         values["recent_event_ids"] = recent[-RECENT_EVENT_IDS_KEPT:]
-    unchanged_fields = before is not None and _same_schedule(before.model_dump(), values)
-    if unchanged_fields and not draft.dispatch and not draft.releases:
+    # A claim or a release is a change: `before` is dumped to compare only without either (a
+    # result always releases, so its decision skips a dump that cost as much as the draft's).
+    unchanged = (
+        before is not None
+        and not draft.dispatch
+        and not draft.releases
+        and _same_schedule(before.model_dump(), values)
+    )
+    if unchanged:
         # Only the remembered event id may have moved; keep it without a new version.
         assert before is not None
         kept = before.model_copy(update={"recent_event_ids": values["recent_event_ids"]})
