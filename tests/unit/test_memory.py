@@ -36,6 +36,6 @@ def test_a_backlogs_freed_buffers_leave_the_resident_size() -> None:
     assert return_freed_memory()
     returned = freed - _resident_bytes()
 
-    assert kept
     assert holding - freed < 30_000_000, "glibc was expected to keep most of it"
     assert returned > 80_000_000
+    del kept  # Alive until here: the freed buffers stayed below them while measured.
