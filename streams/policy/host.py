@@ -464,7 +464,7 @@ def _finish(
         recent = (*values["recent_event_ids"], event_fingerprint(event_id))
         values["recent_event_ids"] = recent[-RECENT_EVENT_IDS_KEPT:]
     # A claim or a release is a change: `before` is dumped to compare only without either (a
-    # result always releases, so its decision skips a dump that cost as much as the draft's).
+    # result for the command in flight releases it, so its decision skips a second dump).
     unchanged = (
         before is not None
         and not draft.dispatch
