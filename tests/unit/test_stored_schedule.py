@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from schemas.schedules import ScheduleStateChanged
 from schemas.state import STATE_FORMAT, HostSchedule, HostStateChanged
@@ -45,6 +45,25 @@ def _states() -> list[HostSchedule]:
 def test_every_stored_schedule_reads_back_as_it_was() -> None:
     for schedule in _states():
         assert HostSchedule.model_validate_json(stored_schedule(schedule)) == schedule
+
+
+def test_attributes_are_stored_only_where_they_differ_from_their_defaults() -> None:
+    bare = decide(None, host_created(at=NOW), now=NOW, config=DEFAULT_CONFIG).schedule
+    described = decide(
+        None,
+        host_created(at=NOW, hostname="web-1.example", labels={"env": "prod"}),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    assert bare is not None and described is not None
+
+    assert "attributes" not in json.loads(stored_schedule(bare))
+    stored = stored_schedule(described)
+    assert json.loads(stored)["attributes"] == {
+        "hostname": "web-1.example",
+        "labels": {"env": "prod"},
+    }
+    assert HostSchedule.model_validate_json(stored) == described
 
 
 def test_a_stored_schedule_names_its_format_and_leaves_out_its_defaults() -> None:
@@ -91,6 +110,17 @@ def test_a_deleted_hosts_record_has_no_schedule() -> None:
     assert HostStateChanged.model_validate_json(record) == HostStateChanged(
         host_id="gone-1", version=3, schedule=None, changed_at=NOW
     )
+
+
+def test_a_state_record_is_written_byte_for_byte_as_its_model_would_be() -> None:
+    at = datetime(2030, 1, 1, 9, 30, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+    for key in ("gone-1", 'odd "schedule":null', "hôte\\n", "tab\tline\n\x01\x7f", "\u2028😀"):
+        for when in (NOW, at):
+            host = HostStateChanged(host_id=key, version=3, schedule=None, changed_at=when)
+            schedule = ScheduleStateChanged(schedule_id=key, version=3, state=None, changed_at=when)
+
+            assert codec.host_state_changed_record(key, 3, None, when) == codec.encode(host)
+            assert codec.schedule_state_changed_record(key, 3, None, when) == codec.encode(schedule)
 
 
 def test_a_schedule_state_record_around_the_stored_state_reads_as_the_full_record() -> None:
