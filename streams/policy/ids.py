@@ -32,4 +32,6 @@ def spread_offset_seconds(host_id: str, window_seconds: int) -> int:
 
 def event_fingerprint(event_id: object) -> str:
     """A short, collision-safe-enough key for remembering recent event ids per host (64 bits)."""
+    if isinstance(event_id, uuid.UUID):
+        return event_id.hex[:16]  # the same digits, without formatting the dashed form first
     return str(event_id).replace("-", "")[:16]

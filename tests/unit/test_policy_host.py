@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -16,7 +17,7 @@ from schemas.results import ScanCompleted
 from schemas.state import HostSchedule
 from streams.due_index import DueIndex, seconds_to_next_tick
 from streams.policy.host import Decision, HostInput, decide, unissued_claim, wake_at
-from streams.policy.ids import command_id, spread_offset_seconds
+from streams.policy.ids import command_id, event_fingerprint, spread_offset_seconds
 from tests.unit.factories import (
     DEFAULT_CONFIG,
     HOST,
@@ -77,6 +78,13 @@ def test_created_host_is_unknown_and_claimed_at_once() -> None:
         request.command_id == in_flight_id(schedule) == command_id(HOST, 1, 1, schedule.incarnation)
     )
     assert schedule.in_flight is not None and schedule.in_flight.claimed_at == NOW
+
+
+def test_an_event_ids_fingerprint_is_the_same_from_the_uuid_or_its_text() -> None:
+    # States store fingerprints: one taken from the text before must still match.
+    for event_id in (uuid.uuid4(), uuid.UUID(int=0), uuid.UUID(int=2**128 - 1)):
+        assert event_fingerprint(event_id) == event_fingerprint(str(event_id))
+        assert len(event_fingerprint(event_id)) == 16
 
 
 def test_duplicate_created_event_is_a_no_op() -> None:
