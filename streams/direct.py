@@ -25,10 +25,17 @@ from faust.exceptions import NotReady
 PARTITION_IN_HAND: ContextVar[int | None] = ContextVar("partition_in_hand", default=None)
 """The input partition of the record a batch handler is handling (no Faust event there)."""
 
-_OPEN_BATCHES: ContextVar[dict[tuple[str, int], Any] | None] = ContextVar(
-    "open_batches", default=None
-)
-"""While `DirectSends.batching` runs in this task: its record batches, by topic and partition."""
+
+class _OpenBatches:
+    def __init__(self) -> None:
+        self.batches: dict[tuple[str, int], Any] = {}
+        """The record batches being built, by topic and partition."""
+        self.acks: list[asyncio.Future[Any]] = []
+        """The acks of the batches sent so far."""
+
+
+_OPEN_BATCHES: ContextVar[_OpenBatches | None] = ContextVar("open_batches", default=None)
+"""While `DirectSends.batching` runs in this task: its record batches."""
 
 
 READ_AT_LEAST = 50_000
@@ -90,44 +97,49 @@ class DirectSends:
         return acked
 
     @contextlib.asynccontextmanager
-    async def batching(self) -> AsyncIterator[None]:
+    async def batching(self) -> AsyncIterator[list[asyncio.Future[Any]]]:
         """Records `queue`d inside go to the producer when it ends (also by an error), one
         batch per topic and partition: aiokafka's `send` costs more per record than building
-        the record into a batch does.
+        the record into a batch does. Yields the list the batches' acks join as they are sent,
+        whole once the outermost `batching` of the task has ended.
 
         Only for topic partitions that every record reaches through `queue` in this one task:
         a record sent to one by another path in the meantime would go ahead of those queued."""
-        if _OPEN_BATCHES.get() is not None:
-            yield
+        already = _OPEN_BATCHES.get()
+        if already is not None:
+            yield already.acks
             return
-        batches: dict[tuple[str, int], Any] = {}
-        opened = _OPEN_BATCHES.set(batches)
+        open_batches = _OPEN_BATCHES.set(opened := _OpenBatches())
         try:
-            yield
+            yield opened.acks
         finally:
-            _OPEN_BATCHES.reset(opened)
-            for (topic, partition), batch in batches.items():
-                await self._send_batch(topic, partition, batch)
+            _OPEN_BATCHES.reset(open_batches)
+            for (topic, partition), batch in opened.batches.items():
+                await self._send_batch(topic, partition, batch, opened.acks)
 
     async def queue(self, topic: str, key: bytes, value: bytes | None, partition: int) -> None:
         """`send`, batched inside `batching`; the record is queued at once outside it."""
-        batches = _OPEN_BATCHES.get()
-        if batches is None:
+        opened = _OPEN_BATCHES.get()
+        if opened is None:
             await self.send(topic, key, value, partition)
             return
+        batches = opened.batches
         batch = batches.get((topic, partition))
         if batch is None:
             batch = batches[topic, partition] = self._producer().create_batch()
         if batch.append(key=key, value=value, timestamp=None) is None:  # Full: send it.
-            await self._send_batch(topic, partition, batch)
+            await self._send_batch(topic, partition, batch, opened.acks)
             batch = batches[topic, partition] = self._producer().create_batch()
             batch.append(key=key, value=value, timestamp=None)  # Always takes a first record.
 
-    async def _send_batch(self, topic: str, partition: int, batch: Any) -> None:
+    async def _send_batch(
+        self, topic: str, partition: int, batch: Any, acks: list[asyncio.Future[Any]]
+    ) -> None:
         if batch.record_count():
             batch.close()  # Nothing but `queue` adds to it (aiokafka's `send` could, if open).
             acked = await self._producer().send_batch(batch, topic, partition=partition)
             self._unread.append((topic, acked))
+            acks.append(acked)
 
     def _producer(self) -> Any:
         producer = self._app.producer._producer  # aiokafka's, started with Faust's producer.
@@ -136,24 +148,13 @@ class DirectSends:
             raise NotReady("the producer has not started")
         return producer
 
-    async def put(
-        self, table: Any, key: str, value: bytes | None, partition: int
-    ) -> asyncio.Future[Any]:
-        """`table[key] = value` (None deletes the key) with its changelog record sent here.
+    async def put_queued(self, table: Any, key: str, value: bytes | None, partition: int) -> None:
+        """`table[key] = value` (None deletes the key) with its changelog record `queue`d.
 
         `partition` is the table partition the key lives in: the input partition it came from.
+        The table changes at once and its record follows with the batch: a batch refused stops
+        the worker before its inputs are committed, and the table is rebuilt from the changelog.
         """
-        changelog = table.changelog_topic
-        key_bytes = changelog_key(table, key)
-        # Queued first: a send that fails leaves the table as its changelog has it.
-        acked = await self.send(changelog.get_topic_name(), key_bytes, value, partition)
-        _set_in_memory(table, key, value)
-        return acked
-
-    async def put_queued(self, table: Any, key: str, value: bytes | None, partition: int) -> None:
-        """`put` with its changelog record `queue`d. The table changes at once and its record
-        follows with the batch: a batch refused stops the worker before its inputs are
-        committed, and the table is rebuilt from the changelog."""
         changelog = table.changelog_topic.get_topic_name()
         await self.queue(changelog, changelog_key(table, key), value, partition)
         _set_in_memory(table, key, value)

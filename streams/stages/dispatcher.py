@@ -78,7 +78,7 @@ class Dispatcher:
         self.queue = DispatchQueue()
         self._woken_pending = False
         self._outbox: list[tuple[ScanCommand, asyncio.Future[Any] | None]] = []
-        """Issued commands with the ack of their slot record (None: durable already)."""
+        """Issued commands with the ack of their slot's batch (None: durable already)."""
         self._outbox_ready = asyncio.Event()
         self._released_markers: deque[tuple[datetime, str]] = deque()
 
@@ -125,6 +125,16 @@ class Dispatcher:
         return DispatchBatch(messages=tuple(readable)) if readable else None
 
     async def handle(self, parsed: Any) -> None:
+        # The pass's table records go as one batch when it ends, not a send each: only this
+        # task writes the table. An issued command's slot is durable once that batch is.
+        async with self._direct.batching() as acks:
+            issued = await self._handle(parsed)
+        if issued:
+            slots_acked = asyncio.gather(*acks)
+            self._outbox.extend((command, slots_acked) for command in issued)
+            self._outbox_ready.set()
+
+    async def _handle(self, parsed: Any) -> list[ScanCommand]:
         queue = self.queue
         table = self.table
         config = self._control.config
@@ -167,7 +177,7 @@ class Dispatcher:
             waiting = queue.waiting_request(command_id)
             if waiting is not None:
                 entry = codec.dumps({"request": waiting.model_dump(mode="json")})
-                await direct.put(table, command_id, entry, DISPATCH_PARTITION)
+                await direct.put_queued(table, command_id, entry, DISPATCH_PARTITION)
         for item in issued:
             command = item.command
             self._metrics.issued(
@@ -180,12 +190,9 @@ class Dispatcher:
                     "deadline": command.deadline.isoformat(),
                 }
             )
-            # The command waits for the ack of its own slot, never for everything queued.
-            acked = await direct.put(table, command.command_id, slot, DISPATCH_PARTITION)
-            self._outbox.append((command, acked))
-        if issued:
-            self._outbox_ready.set()
+            await direct.put_queued(table, command.command_id, slot, DISPATCH_PARTITION)
         self._counters["commands_issued"] += len(issued)
+        return [item.command for item in issued]
 
     async def _tell_issued_before_force(self, request: DispatchRequested) -> None:
         """The one case a host hears back from the dispatcher: its force came too late for
@@ -217,7 +224,7 @@ class Dispatcher:
         """A durable marker: after a failover a late request for this command is still absorbed
         instead of being issued again and holding a slot until its deadline."""
         marker = codec.dumps({"released_at": now.isoformat()})
-        await self._direct.put(self.table, command_id, marker, DISPATCH_PARTITION)
+        await self._direct.put_queued(self.table, command_id, marker, DISPATCH_PARTITION)
         self._released_markers.append((now, command_id))
 
     async def _forget_released_before(self, cutoff: datetime) -> None:
@@ -227,7 +234,7 @@ class Dispatcher:
             _, command_id = markers.popleft()
             stored = table.get(command_id)
             if stored is not None and b'"released_at"' in stored:
-                await self._direct.put(table, command_id, None, DISPATCH_PARTITION)
+                await self._direct.put_queued(table, command_id, None, DISPATCH_PARTITION)
 
     def rebuild(self) -> Any:
         """The table's recovery callback: the queue again from the durable slots."""
@@ -283,11 +290,11 @@ class Dispatcher:
         Table writes and command sends go to different partitions, so Kafka alone does not
         order them: a command sent before its slot was acknowledged could be out after a
         kill -9 while the next dispatcher does not count it, and the fleet-wide cap would be
-        exceeded. So each batch waits for the acks of its own slot records (commands re-sent
-        after recovery have theirs already), never for a flush of everything queued. A slot
-        the broker refuses fails this task and with it the worker: its command is never sent,
-        and the host stage asks for the host again when it recovers (its claim was never
-        marked issued).
+        exceeded. So each command waits for the ack of the table batch its pass wrote its slot
+        in (commands re-sent after recovery have theirs already), never for a flush of
+        everything queued. A slot the broker refuses fails this task and with it the worker:
+        its command is never sent, and the host stage asks for the host again when it recovers
+        (its claim was never marked issued).
         """
         names = self._names
         while True:
