@@ -127,14 +127,23 @@ class Dispatcher:
     async def handle(self, parsed: Any) -> None:
         # The pass's table records go as one batch when it ends, not a send each: only this
         # task writes the table. An issued command's slot is durable once that batch is.
+        issued: list[ScanCommand] = []
+        failed: Exception | None = None
         async with self._direct.batching() as acks:
-            issued = await self._handle(parsed)
+            try:
+                await self._handle(parsed, issued)
+            except Exception as error:  # raised again once the slots written so far are out
+                failed = error
+        # Reached only if every batch of the pass went to the producer: the commands whose
+        # slots were written leave once those are acknowledged, even from a pass that failed.
         if issued:
             slots_acked = asyncio.gather(*acks)
             self._outbox.extend((command, slots_acked) for command in issued)
             self._outbox_ready.set()
+        if failed is not None:
+            raise failed
 
-    async def _handle(self, parsed: Any) -> list[ScanCommand]:
+    async def _handle(self, parsed: Any, issued_commands: list[ScanCommand]) -> None:
         queue = self.queue
         table = self.table
         config = self._control.config
@@ -191,8 +200,8 @@ class Dispatcher:
                 }
             )
             await direct.put_queued(table, command.command_id, slot, DISPATCH_PARTITION)
+            issued_commands.append(command)
         self._counters["commands_issued"] += len(issued)
-        return [item.command for item in issued]
 
     async def _tell_issued_before_force(self, request: DispatchRequested) -> None:
         """The one case a host hears back from the dispatcher: its force came too late for

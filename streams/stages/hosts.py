@@ -372,8 +372,8 @@ def stored_schedule(schedule: HostSchedule) -> bytes:
     wrote it once the format changes.
     """
     # `attributes` is dumped by itself: left in, pydantic builds its default (a model) and
-    # compares the two field by field in Python for every record, which doubled the cost
-    # (23 against 12 µs per host, offline).
+    # compares the two field by field in Python for every record: 17–23 µs per host against
+    # 12 µs for the two dumps apart (offline).
     values = schedule.model_dump_json(
         exclude_none=True, exclude_defaults=True, exclude={"format", "attributes"}
     ).encode()
