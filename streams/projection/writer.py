@@ -14,9 +14,11 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
+from pydantic import TypeAdapter
 
 from schemas.commands import DeadLetter, ScanCommand
 from schemas.internal import CommandTimedOut, ConfigPublished
+from schemas.objects import HostLabels
 from schemas.results import ScanCompleted, ScanStatus
 from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
 from schemas.state import HostSchedule, HostStateChanged
@@ -60,6 +62,8 @@ _UPSERT_HOSTS = (
     + ", ".join(f"{column} = excluded.{column}" for column in _HOST_COLUMNS[1:])
     + " WHERE excluded.version > host_schedule.version"
 )
+
+_labels_json: TypeAdapter[dict[str, str]] = TypeAdapter(HostLabels)
 
 _DELETE_HOST = (
     "UPDATE host_schedule SET deleted = true, in_flight_command_id = NULL, version = %s,"
@@ -197,8 +201,11 @@ def _host_row(schedule: HostSchedule) -> tuple[Any, ...]:
         schedule.status.value,
         attributes.hostname,
         attributes.organization,
-        Jsonb(attributes.model_dump(mode="json", exclude={"labels"})),
-        Jsonb(attributes.labels),
+        # JSON text, which COPY hands to the jsonb columns' input as it is: pydantic writes it
+        # in Rust, where `Jsonb` built a dict and ran `json.dumps` on it (a host row cost
+        # about a third less to build and format, offline).
+        attributes.model_dump_json(exclude={"labels"}),
+        _labels_json.dump_json(attributes.labels).decode(),
         schedule.version,
         False,
         schedule.created_at,
