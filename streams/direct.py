@@ -173,6 +173,16 @@ class DirectSends:
         await self.put_queued(table, key, value, partition)
 
 
+def table_value(table: Any, key: str) -> bytes | None:
+    """`table.get(key)`, read from the in-memory store's dict (Kairos' tables are all
+    `memory://`, as `_set_in_memory` writes them). Faust's `get` calls its sensors and, for a
+    key not there, raises and catches a KeyError: 1.7 against 0.2 µs (offline), and 4.5 % of the
+    worker's CPU in `bench steady`, most of it the schedule stage asking whether a scanner is
+    held on a host that no schedule touches."""
+    value: bytes | None = table.data.data.get(key)
+    return value
+
+
 def _set_in_memory(table: Any, key: str, value: bytes | None) -> None:
     if value is None:
         table.data.pop(key, None)

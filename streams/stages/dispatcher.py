@@ -29,7 +29,7 @@ from schemas.internal import (
 )
 from streams import codec
 from streams.codec import Undecodable
-from streams.direct import DirectSends
+from streams.direct import DirectSends, table_value
 from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
 from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
@@ -241,7 +241,7 @@ class Dispatcher:
         table = self.table
         while markers and (markers[0][0] < cutoff or len(markers) > RECENTLY_RELEASED_KEPT):
             _, command_id = markers.popleft()
-            stored = table.get(command_id)
+            stored = table_value(table, command_id)
             if stored is not None and b'"released_at"' in stored:
                 await self._direct.put_queued(table, command_id, None, DISPATCH_PARTITION)
 

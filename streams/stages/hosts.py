@@ -39,7 +39,7 @@ from schemas.state import HostSchedule
 from schemas.topics import TopicNames
 from streams import codec
 from streams.codec import Undecodable
-from streams.direct import PARTITION_IN_HAND, DirectSends
+from streams.direct import PARTITION_IN_HAND, DirectSends, table_value
 from streams.due_index import DueIndex
 from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
@@ -178,7 +178,7 @@ class HostStage:
             if not isinstance(parsed, ObjectEvent) or parsed.object_type == "host":
                 await self.guard.dead_letter(*origin, reason)
                 return
-        stored = self.hosts.get(host_id)
+        stored = table_value(self.hosts, host_id)
         schedule = HostSchedule.model_validate_json(stored) if stored else None
         decision = decide(
             schedule,
@@ -218,7 +218,7 @@ class HostStage:
     async def _wake_host(
         self, host_id: str, partition: int, signal: HostDue, holds_scanner: Any
     ) -> None:
-        stored = self.hosts.get(host_id)
+        stored = table_value(self.hosts, host_id)
         schedule = HostSchedule.model_validate_json(stored) if stored else None
         decision = decide(
             schedule,

@@ -59,7 +59,7 @@ from schemas.state import HostSchedule
 from schemas.topics import TopicNames
 from streams import codec, topology
 from streams.codec import Undecodable
-from streams.direct import PARTITION_IN_HAND, DirectSends
+from streams.direct import PARTITION_IN_HAND, DirectSends, table_value
 from streams.due_index import DueIndex
 from streams.guard import Guard
 from streams.partition_index import HostsByPartition, by_partition, partition_of
@@ -420,7 +420,7 @@ class ScheduleStage:
 
     # --- state ------------------------------------------------------------------------
     def _load(self, schedule_id: str) -> ScheduleState | None:
-        stored = self.table.get(schedule_id)
+        stored = table_value(self.table, schedule_id)
         if not stored:
             return None
         loaded = self._loaded.get(schedule_id)
@@ -577,7 +577,7 @@ class ScheduleStage:
         return sent
 
     def _pending(self, schedule_id: str) -> PendingFanOuts:
-        stored = self.fanouts.get(schedule_id)
+        stored = table_value(self.fanouts, schedule_id)
         return PendingFanOuts.model_validate_json(stored) if stored else PendingFanOuts()
 
     async def _keep_pending(self, schedule_id: str, pending: PendingFanOuts) -> None:
@@ -660,7 +660,7 @@ class ScheduleStage:
         if state is None:
             return
         counted = _counted_key(state.schedule.id, ended.host_id)
-        stored = self.fanouts.get(counted)
+        stored = table_value(self.fanouts, counted)
         recent: list[str] = json.loads(stored) if stored else []
         fresh, remembered = counted_once(recent, ended.command_id)
         if not fresh:
@@ -695,7 +695,7 @@ class ScheduleStage:
         for host in hosts:
             if scanner == ADAPTIVE_SCANNER and host.last_scan_completed:
                 last_scans[host.host_id] = host.last_scan_completed
-            stored = last_scan(self.commands.get(last_scan_key(host.host_id, scanner)))
+            stored = last_scan(table_value(self.commands, last_scan_key(host.host_id, scanner)))
             if stored is not None:
                 last_scans[host.host_id] = stored
         selection = select_targets(schedule, run, hosts, now=now, last_scan_by_scanner=last_scans)
@@ -717,7 +717,7 @@ class ScheduleStage:
             for request in dispatch_requests(schedule, run, mine, states=states):
                 entry = self._entry(request.command_id)
                 busy = busy_key(request.host_id, scanner)
-                held = self.commands.get(busy)
+                held = table_value(self.commands, busy)
                 holder = self._entry(held.decode()) if held is not None else None
                 choice = fan_out_choice(
                     entry, held.decode() if held is not None else None, busy_entry=holder
@@ -765,14 +765,14 @@ class ScheduleStage:
         )
         hosts = []
         for host_id in candidates:
-            stored = worker.hosts.get(host_id)
+            stored = table_value(worker.hosts, host_id)
             if stored is not None:
                 hosts.append(HostSchedule.model_validate_json(stored))
         return hosts
 
     def holds_scanner(self, host_id: str, scanner: str) -> bool:
         """A schedule's command of `scanner` is in flight on the host (a live busy marker)."""
-        held = self.commands.get(busy_key(host_id, scanner))
+        held = table_value(self.commands, busy_key(host_id, scanner))
         if held is None:
             return False
         holder = self._entry(held.decode())
@@ -780,7 +780,7 @@ class ScheduleStage:
         return choice is FanOutChoice.BUSY
 
     def _entry(self, command_id: str) -> CommandEntry | None:
-        stored = self.commands.get(command_id)
+        stored = table_value(self.commands, command_id)
         return CommandEntry.model_validate_json(stored) if stored else None
 
     async def _command_ended(
@@ -807,13 +807,13 @@ class ScheduleStage:
             entry = marked_ended(entry, outcome, error, origin)
             await self._put(self.commands, command_id, entry.model_dump_json().encode())
             busy = busy_key(host_id, entry.scanner)
-            held = self.commands.get(busy)
+            held = table_value(self.commands, busy)
             if held is not None and held.decode() == command_id:
                 await self._delete(self.commands, busy)
                 if entry.scanner == ADAPTIVE_SCANNER:
                     self.worker.wake_host(host_id)  # Its adaptive claim may be waiting.
             newest = last_ended_key(host_id, entry.scanner)
-            previous = self.commands.get(newest)
+            previous = table_value(self.commands, newest)
             if previous is not None and previous.decode() != command_id:
                 await self._delete(self.commands, previous.decode())
             await self._put(self.commands, newest, command_id.encode())
@@ -869,7 +869,7 @@ class ScheduleStage:
                 try:
                     pending = self._pending(schedule_id)
                 except ValueError as error:  # Unreadable: its runs wait for the run timeout.
-                    stored_pending = self.fanouts.get(schedule_id)
+                    stored_pending = table_value(self.fanouts, schedule_id)
                     await self.worker.guard.unreadable_state(
                         self.fanouts, schedule_id, stored_pending, error
                     )

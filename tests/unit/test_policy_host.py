@@ -87,6 +87,23 @@ def test_an_event_ids_fingerprint_is_the_same_from_the_uuid_or_its_text() -> Non
         assert len(event_fingerprint(event_id)) == 16
 
 
+@given(
+    host_id=st.text(min_size=1, max_size=40),
+    due_instance=st.integers(min_value=0, max_value=2**40),
+    attempt=st.integers(min_value=1, max_value=100),
+    incarnation=st.one_of(st.just(""), st.uuids().map(str)),
+)
+def test_a_command_id_is_the_uuid5_of_its_host_instance_and_attempt(
+    host_id: str, due_instance: int, attempt: int, incarnation: str
+) -> None:
+    # Commands already issued and states already stored carry ids made by `uuid.uuid5`.
+    name = f"{host_id}/{incarnation}/{due_instance}/{attempt}"
+    namespace = uuid.UUID("6f1c4a52-8a3e-4d67-9d1b-5f7c0e2b9a10")
+    assert command_id(host_id, due_instance, attempt, incarnation) == str(
+        uuid.uuid5(namespace, name)
+    )
+
+
 def test_duplicate_created_event_is_a_no_op() -> None:
     created = host_created(at=NOW)
     first = decide(None, created, now=NOW, config=DEFAULT_CONFIG).schedule
