@@ -10,6 +10,7 @@ if [[ "${1:-}" == "--tests-only" ]]; then
     shift
 else
     "$VENV/bin/ruff" check schemas streams api kairos tests
+    "$VENV/bin/ruff" format --check --quiet schemas streams api kairos tests bench scripts
     "$VENV/bin/mypy" --no-error-summary
     "$VENV/bin/lint-imports" --no-cache
 fi

@@ -239,15 +239,7 @@ async def _apply_results(
             " severity_high_failed, severity_medium_failed, severity_low_failed, scan_id, error)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (event_id) DO NOTHING",
-            [
-                (
-                    r.event_id, r.command_id, r.host_id, r.scanner, r.status.value, r.started_at,
-                    r.completed_at, r.score, r.passed, r.failed, r.severity_critical_failed,
-                    r.severity_high_failed, r.severity_medium_failed, r.severity_low_failed,
-                    r.scan_id, r.error,
-                )  # fmt: skip
-                for r in results
-            ],
+            [_result_row(r) for r in results],
         )
         # A result naming no command Kairos issued is unmatched until that command shows up.
         await cursor.execute(
@@ -282,13 +274,7 @@ async def _apply_commands(
             " due_at, issued_at, deadline, attempt, schedule_id)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (command_id) DO NOTHING",
-            [
-                (
-                    c.command_id, c.host_id, c.scanner, c.priority, c.reason.value,
-                    c.state.value, c.due_at, c.issued_at, c.deadline, c.attempt, c.schedule_id,
-                )  # fmt: skip
-                for c in commands
-            ],
+            [_command_row(c) for c in commands],
         )
         # Results and commands travel on different topics: a result may be projected first.
         await cursor.execute(
@@ -331,13 +317,7 @@ async def _apply_dead_letters(
             'INSERT INTO dead_letters (event_id, source_topic, partition, "offset", key, error,'
             " raw, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (event_id) DO NOTHING",
-            [
-                (
-                    d.event_id, d.source_topic, d.partition, d.offset, d.key, d.error, d.raw,
-                    d.received_at,
-                )  # fmt: skip
-                for d in letters
-            ],
+            [_dead_letter_row(d) for d in letters],
         )
     for letter in letters:
         summary.saw("dead_letter", letter.received_at)
@@ -433,15 +413,41 @@ async def _apply_schedule_runs(
             " skipped_hosts = CASE WHEN excluded.outcome IN ('fired', 'skipped')"
             " THEN excluded.skipped_hosts ELSE schedule_runs.skipped_hosts END"
             " WHERE excluded.outcome <> 'dropped'",
-            [
-                (
-                    r.schedule_id, r.incarnation or "", r.occurrence, r.attempt, r.reason,
-                    r.fired_at, r.outcome, r.error, r.hosts_matched, r.commands_issued,
-                    r.commands_succeeded, r.commands_failed, r.skip_reason,
-                    Jsonb(r.skipped_hosts),
-                )  # fmt: skip
-                for r in runs
-            ],
+            [_schedule_run_row(r) for r in runs],
         )
     for run in runs:
         summary.saw("schedule_run", run.fired_at)
+
+
+# The rows below list their columns in the order of their statement's column list, packed: a
+# `# fmt: skip` holds only on a whole statement, not on a tuple inside a comprehension.
+
+
+def _result_row(r: ScanCompleted) -> tuple[Any, ...]:
+    return (
+        r.event_id, r.command_id, r.host_id, r.scanner, r.status.value, r.started_at,
+        r.completed_at, r.score, r.passed, r.failed, r.severity_critical_failed,
+        r.severity_high_failed, r.severity_medium_failed, r.severity_low_failed, r.scan_id,
+        r.error,
+    )  # fmt: skip
+
+
+def _command_row(c: ScanCommand) -> tuple[Any, ...]:
+    return (
+        c.command_id, c.host_id, c.scanner, c.priority, c.reason.value, c.state.value, c.due_at,
+        c.issued_at, c.deadline, c.attempt, c.schedule_id,
+    )  # fmt: skip
+
+
+def _dead_letter_row(d: DeadLetter) -> tuple[Any, ...]:
+    return (
+        d.event_id, d.source_topic, d.partition, d.offset, d.key, d.error, d.raw, d.received_at,
+    )  # fmt: skip
+
+
+def _schedule_run_row(r: ScheduleRunRecorded) -> tuple[Any, ...]:
+    return (
+        r.schedule_id, r.incarnation or "", r.occurrence, r.attempt, r.reason, r.fired_at,
+        r.outcome, r.error, r.hosts_matched, r.commands_issued, r.commands_succeeded,
+        r.commands_failed, r.skip_reason, Jsonb(r.skipped_hosts),
+    )  # fmt: skip
