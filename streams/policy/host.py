@@ -103,7 +103,7 @@ def decide(
     if schedule is None:
         return Decision(None, ignored="unknown_host")
 
-    draft = _Draft(values=schedule.model_dump(), scanner_busy=scanner_busy)
+    draft = _Draft(values=_draft_values(schedule), scanner_busy=scanner_busy)
     _expire_maintenance(draft, now, config)
     ignored: str | None = None
     match event:
@@ -190,28 +190,30 @@ def _on_object_event(
             seconds=spread_offset_seconds(event.object_id, config.initial_spread_seconds)
         )
         draft = _Draft(
-            values=HostSchedule(
-                host_id=event.object_id,
-                incarnation=str(event.event_id),
-                version=0,
-                state=ComplianceState.UNKNOWN,
-                compliance_state=ComplianceState.UNKNOWN,
-                current_interval_minutes=interval_minutes(ComplianceState.UNKNOWN, config),
-                next_scheduled_scan=first_due,
-                scan_priority=config.priority(ComplianceState.UNKNOWN),
-                is_active=attributes.is_active,
-                status=attributes.status,
-                attributes=attributes,
-                created_at=now,
-                updated_at=now,
-            ).model_dump(),
+            values=_draft_values(
+                HostSchedule(
+                    host_id=event.object_id,
+                    incarnation=str(event.event_id),
+                    version=0,
+                    state=ComplianceState.UNKNOWN,
+                    compliance_state=ComplianceState.UNKNOWN,
+                    current_interval_minutes=interval_minutes(ComplianceState.UNKNOWN, config),
+                    next_scheduled_scan=first_due,
+                    scan_priority=config.priority(ComplianceState.UNKNOWN),
+                    is_active=attributes.is_active,
+                    status=attributes.status,
+                    attributes=attributes,
+                    created_at=now,
+                    updated_at=now,
+                )
+            ),
             scanner_busy=scanner_busy,
         )
         _claim_if_due(draft, now=now, config=config)
         return _finish(None, draft, event_id=event.event_id, now=now, ignored=None)
 
-    draft = _Draft(values=schedule.model_dump(), scanner_busy=scanner_busy)
-    draft.values["attributes"] = attributes.model_dump()
+    draft = _Draft(values=_draft_values(schedule), scanner_busy=scanner_busy)
+    draft.values["attributes"] = attributes
     draft.values["is_active"] = attributes.is_active
     draft.values["status"] = attributes.status
     _expire_maintenance(draft, now, config)
@@ -451,6 +453,19 @@ def _dispatch_request(values: dict[str, Any], in_flight: dict[str, Any]) -> Disp
     )
 
 
+def _draft_values(schedule: HostSchedule) -> dict[str, Any]:
+    """The schedule's fields as a decision edits them: the command in flight as a dict, which
+    the policy fills in, and every other nested value (the attributes) as the model it is, which
+    the policy only replaces whole.
+
+    `model_dump` copied every nested model into dicts that `model_validate` then validated
+    again; a model passed back is taken as it is."""
+    values = dict(schedule.__dict__)
+    if schedule.in_flight is not None:
+        values["in_flight"] = schedule.in_flight.model_dump()
+    return values
+
+
 def _finish(
     before: HostSchedule | None,
     draft: _Draft,
@@ -469,7 +484,7 @@ def _finish(
         before is not None
         and not draft.dispatch
         and not draft.releases
-        and _same_schedule(before.model_dump(), values)
+        and _same_schedule(_draft_values(before), values)
     )
     if unchanged:
         # Only the remembered event id may have moved; keep it without a new version.

@@ -133,6 +133,30 @@ def test_created_event_for_known_host_updates_attributes() -> None:
     assert decision.dispatch == ()
 
 
+def test_an_update_with_the_same_attributes_is_not_a_new_version() -> None:
+    # A new event id alone changes no schedule: the attributes compare equal as they are.
+    labels = {"team": "blue", "env": "prod"}
+    schedule = decide(
+        onboarded(at=NOW),
+        host_created(at=NOW, hostname="db-01", labels=labels),
+        now=NOW,
+        config=DEFAULT_CONFIG,
+    ).schedule
+    assert schedule is not None
+
+    later = NOW + MINUTE
+    again = host_created(at=later, hostname="db-01", labels=dict(labels))
+    decision = decide(schedule, again, now=later, config=DEFAULT_CONFIG)
+
+    assert decision.schedule is not None
+    assert decision.schedule.version == schedule.version
+    assert decision.schedule.attributes == schedule.attributes
+    relabelled = host_created(at=later, hostname="db-01", labels={"team": "red"})
+    changed = decide(schedule, relabelled, now=later, config=DEFAULT_CONFIG).schedule
+    assert changed is not None and changed.version == schedule.version + 1
+    assert changed.attributes.labels == {"team": "red"}
+
+
 def test_created_event_can_mark_known_host_inactive() -> None:
     schedule = scanned(completed_at=NOW)
 
