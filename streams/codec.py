@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
@@ -105,6 +105,57 @@ def _state_record(
         b"null" if value is None else value,
         _timestamp.dump_json(at),
     )
+
+
+def dispatch_waiting(request: DispatchRequested) -> bytes:
+    """The dispatcher table's entry for a request still waiting for a slot."""
+    return b'{"request":%s}' % request.model_dump_json().encode()
+
+
+def dispatch_slot(request: DispatchRequested, *, issued_at: datetime, deadline: datetime) -> bytes:
+    """The dispatcher table's entry for an issued command: its request and its slot's times.
+
+    Written out around the request's own JSON: a dict dumped by pydantic and then by `json`
+    cost twice as much per issued command (14 against 7 µs, offline)."""
+    return b'{"request":%s,"issued_at":"%s","deadline":"%s"}' % (
+        request.model_dump_json().encode(),
+        issued_at.isoformat().encode(),
+        deadline.isoformat().encode(),
+    )
+
+
+RELEASED_MARKER = b'"released_at"'
+"""Found only in a released command's entry: a string value holds its quotes escaped."""
+
+
+def dispatch_released(at: datetime) -> bytes:
+    """The dispatcher table's marker for a released command."""
+    return b'{"released_at":"%s"}' % at.isoformat().encode()
+
+
+class DispatchEntry(NamedTuple):
+    """A dispatcher table entry read back: a released marker (`released_at`), a waiting
+    request (no `deadline`), or an issued command's slot."""
+
+    request: DispatchRequested | None
+    issued_at: datetime | None
+    deadline: datetime | None
+    released_at: datetime | None
+
+
+def read_dispatch_entry(stored: bytes) -> DispatchEntry:
+    """What `dispatch_waiting`, `dispatch_slot` or `dispatch_released` wrote; raises on
+    anything else (the caller parks it as unreadable state)."""
+    entry = json.loads(stored)
+    if "released_at" in entry:
+        return DispatchEntry(None, None, None, datetime.fromisoformat(entry["released_at"]))
+    request = DispatchRequested.model_validate(entry["request"])
+    if "deadline" not in entry:
+        return DispatchEntry(request, None, None, None)
+    deadline = datetime.fromisoformat(entry["deadline"])
+    # A slot written by an older worker, before slots kept their issue time, has a deadline alone.
+    issued_at = datetime.fromisoformat(entry.get("issued_at") or entry["deadline"])
+    return DispatchEntry(request, issued_at, deadline, None)
 
 
 def dispatch_batch(encoded: list[bytes]) -> bytes:

@@ -9,7 +9,6 @@ sends every in-flight command again with its own id.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import Counter, deque
 from collections.abc import Sequence
@@ -185,19 +184,15 @@ class Dispatcher:
             # and a release in the same batch has left its marker.
             waiting = queue.waiting_request(command_id)
             if waiting is not None:
-                entry = codec.dumps({"request": waiting.model_dump(mode="json")})
+                entry = codec.dispatch_waiting(waiting)
                 await direct.put_queued(table, command_id, entry, DISPATCH_PARTITION)
         for item in issued:
             command = item.command
             self._metrics.issued(
                 reason=command.reason.value, due_at=command.due_at, issued_at=command.issued_at
             )
-            slot = codec.dumps(
-                {
-                    "request": item.request.model_dump(mode="json"),
-                    "issued_at": command.issued_at.isoformat(),
-                    "deadline": command.deadline.isoformat(),
-                }
+            slot = codec.dispatch_slot(
+                item.request, issued_at=command.issued_at, deadline=command.deadline
             )
             await direct.put_queued(table, command.command_id, slot, DISPATCH_PARTITION)
             issued_commands.append(command)
@@ -232,7 +227,7 @@ class Dispatcher:
     async def _mark_released(self, command_id: str, now: datetime) -> None:
         """A durable marker: after a failover a late request for this command is still absorbed
         instead of being issued again and holding a slot until its deadline."""
-        marker = codec.dumps({"released_at": now.isoformat()})
+        marker = codec.dispatch_released(now)
         await self._direct.put_queued(self.table, command_id, marker, DISPATCH_PARTITION)
         self._released_markers.append((now, command_id))
 
@@ -242,7 +237,7 @@ class Dispatcher:
         while markers and (markers[0][0] < cutoff or len(markers) > RECENTLY_RELEASED_KEPT):
             _, command_id = markers.popleft()
             stored = table_value(table, command_id)
-            if stored is not None and b'"released_at"' in stored:
+            if stored is not None and codec.RELEASED_MARKER in stored:
                 await self._direct.put_queued(table, command_id, None, DISPATCH_PARTITION)
 
     def rebuild(self) -> Any:
@@ -254,21 +249,17 @@ class Dispatcher:
             released: list[tuple[datetime, str]] = []
             for key, stored in list(self.table.items()):
                 try:
-                    entry = json.loads(stored)
-                    if "released_at" in entry:
-                        released.append((datetime.fromisoformat(entry["released_at"]), key))
-                        continue
-                    request = DispatchRequested.model_validate(entry["request"])
-                    if "deadline" not in entry:
-                        queue.request(request)
-                        continue
-                    deadline = datetime.fromisoformat(entry["deadline"])
-                    issued_at = datetime.fromisoformat(entry.get("issued_at") or entry["deadline"])
+                    request, issued_at, deadline, released_at = codec.read_dispatch_entry(stored)
                 except Exception as error:  # Faust would swallow it and stop the rebuild.
                     await self._guard.unreadable_state(self.table, key, stored, error)
                     continue
-                queue.restore_in_flight(request, deadline)
-                resend.append(command_for(request, issued_at=issued_at, deadline=deadline))
+                if released_at is not None:
+                    released.append((released_at, key))
+                elif request is not None and deadline is not None and issued_at is not None:
+                    queue.restore_in_flight(request, deadline)
+                    resend.append(command_for(request, issued_at=issued_at, deadline=deadline))
+                elif request is not None:
+                    queue.request(request)
             released.sort()
             for _, command_id in released:
                 queue.restore_released(command_id)

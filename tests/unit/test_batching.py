@@ -1,9 +1,17 @@
-"""How the worker cuts what it sends into records: by size, and by partition."""
+"""How the worker cuts what it sends into records (by size, by partition) and writes the
+dispatcher's table entries."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime, timedelta
+
+from schemas.base import CommandReason, ComplianceState
+from schemas.internal import DispatchRequested
 from streams import codec
 from streams.partition_index import by_partition, partition_of
+
+AT = datetime(2026, 3, 1, 12, 30, 15, 250000, tzinfo=UTC)
 
 
 def test_size_bounded_runs_stay_within_the_bound_and_keep_the_order() -> None:
@@ -32,3 +40,49 @@ def test_by_partition_groups_keys_in_order_and_caps_each_group() -> None:
     for partition, members in regrouped.items():
         assert members == [key for key in keys if partition_of(key, 4) == partition]
     assert sorted(k for _, ms in groups for k in ms) == sorted(keys)
+
+
+def _request(host_id: str = "host-1") -> DispatchRequested:
+    return DispatchRequested(
+        command_id="c-1",
+        host_id=host_id,
+        priority=7,
+        due_at=AT,
+        reason=CommandReason.SCHEDULED,
+        state=ComplianceState.UNKNOWN,
+        attempt=2,
+        args={"ports": [22, 443], "note": 'ü " \\'},
+    )
+
+
+def test_dispatcher_entries_read_back_as_written() -> None:
+    request = _request()
+    deadline = AT + timedelta(minutes=10)
+
+    waiting = codec.read_dispatch_entry(codec.dispatch_waiting(request))
+    slot = codec.read_dispatch_entry(codec.dispatch_slot(request, issued_at=AT, deadline=deadline))
+    released = codec.read_dispatch_entry(codec.dispatch_released(AT))
+
+    assert waiting == codec.DispatchEntry(request, None, None, None)
+    assert slot == codec.DispatchEntry(request, AT, deadline, None)
+    assert released == codec.DispatchEntry(None, None, None, AT)
+
+
+def test_a_slot_from_before_slots_kept_their_issue_time_reads_its_deadline_for_it() -> None:
+    request = _request()
+    deadline = AT + timedelta(minutes=10)
+    old = json.dumps({"request": request.model_dump(mode="json"), "deadline": deadline.isoformat()})
+
+    assert codec.read_dispatch_entry(old.encode()) == codec.DispatchEntry(
+        request, deadline, deadline, None
+    )
+
+
+def test_only_a_released_entry_holds_the_released_marker() -> None:
+    request = _request(host_id='"released_at"')
+    slot = codec.dispatch_slot(request, issued_at=AT, deadline=AT)
+
+    assert codec.RELEASED_MARKER not in slot
+    assert codec.RELEASED_MARKER not in codec.dispatch_waiting(request)
+    assert codec.RELEASED_MARKER in codec.dispatch_released(AT)
+    assert codec.read_dispatch_entry(slot).request == request
