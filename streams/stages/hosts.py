@@ -178,16 +178,7 @@ class HostStage:
             if not isinstance(parsed, ObjectEvent) or parsed.object_type == "host":
                 await self.guard.dead_letter(*origin, reason)
                 return
-        stored = table_value(self.hosts, host_id)
-        schedule = HostSchedule.model_validate_json(stored) if stored else None
-        decision = decide(
-            schedule,
-            parsed,
-            now=self.clock.now(),
-            config=self._control.config,
-            scanner_busy=stage.holds_scanner(host_id, ADAPTIVE_SCANNER),
-        )
-        await self._apply(host_id, partition, schedule, decision)
+        decision = await self._fold(host_id, partition, parsed, stage.holds_scanner)
         if isinstance(parsed, ScanCompleted) and not decision.ignored:
             self._metrics.results_applied.inc()
         if isinstance(parsed, ObjectEvent):
@@ -212,22 +203,28 @@ class HostStage:
                 signal = HostDue(host_id=host_id, wake_at=due.wake_at)
                 origin = (topic, partition, offset, host_id.encode(), partial(codec.encode, signal))
                 await self.guard.handled(
-                    origin, self._wake_host(host_id, partition, signal, holds_scanner)
+                    origin, self._fold(host_id, partition, signal, holds_scanner)
                 )
 
-    async def _wake_host(
-        self, host_id: str, partition: int, signal: HostDue, holds_scanner: Any
-    ) -> None:
+    async def _fold(
+        self,
+        host_id: str,
+        partition: int,
+        message: Any,
+        holds_scanner: Callable[[str, str], bool],
+    ) -> Decision:
+        """Fold one message into the host's schedule: read it, decide, apply the decision."""
         stored = table_value(self.hosts, host_id)
         schedule = HostSchedule.model_validate_json(stored) if stored else None
         decision = decide(
             schedule,
-            signal,
+            message,
             now=self.clock.now(),
             config=self._control.config,
             scanner_busy=holds_scanner(host_id, ADAPTIVE_SCANNER),
         )
         await self._apply(host_id, partition, schedule, decision)
+        return decision
 
     async def _apply(
         self, host_id: str, partition: int, before: HostSchedule | None, decision: Decision
