@@ -17,7 +17,7 @@ import pytest
 from kairos.floor.db import connect, migrate
 from schemas.api import Role
 from schemas.base import ComplianceState
-from schemas.state import HostSchedule, HostStateChanged
+from schemas.state import HostStateChanged
 from streams.projection import alerts
 from streams.projection.writer import apply
 from tests.integration.test_api import bearer, prepare, running_api
@@ -25,6 +25,7 @@ from tests.support.agents import ScannerFleet
 from tests.support.factories import (
     config_updated,
     host_created,
+    host_state_changed,
     schedule_enabled,
     schedule_triggered,
     schedule_upserted,
@@ -265,12 +266,15 @@ async def test_a_schedule_that_disables_itself_is_alerted_until_enabled_again(
 
 def scored(version: int, score: float, at: datetime, host_id: str = "h-1") -> HostStateChanged:
     state = ComplianceState.PARTIAL if score < 80 else ComplianceState.MOSTLY_COMPLIANT
-    schedule = HostSchedule(
-        host_id=host_id, version=version, state=state, compliance_state=state, score=score,
-        next_scheduled_scan=at + timedelta(hours=1), last_scan_completed=at,
-        created_at=at - timedelta(days=1), updated_at=at,
-    )  # fmt: skip
-    return HostStateChanged(host_id=host_id, version=version, schedule=schedule, changed_at=at)
+    return host_state_changed(
+        host_id,
+        version,
+        at=at,
+        state=state,
+        compliance_state=state,
+        score=score,
+        last_scan_completed=at,
+    )
 
 
 async def test_a_fall_and_its_recovery_in_one_batch_leave_one_resolved_alert_even_replayed(

@@ -9,8 +9,9 @@ import pytest
 
 from kairos.floor.db import connect, migrate
 from schemas.objects import ObjectAttributes
-from schemas.state import HostSchedule, HostStateChanged
+from schemas.state import HostStateChanged
 from streams.projection.writer import apply
+from tests.support.factories import host_state_changed
 from tests.support.stack import unique_name
 
 pytestmark = pytest.mark.integration
@@ -19,15 +20,14 @@ T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def changed(host_id: str, version: int, attributes: ObjectAttributes) -> HostStateChanged:
-    schedule = HostSchedule(
-        host_id=host_id,
-        version=version,
-        next_scheduled_scan=T0 + timedelta(hours=1),
+    return host_state_changed(
+        host_id,
+        version,
+        at=T0,
         attributes=attributes,
         created_at=T0,
         updated_at=T0 + timedelta(minutes=version),
     )
-    return HostStateChanged(host_id=host_id, version=version, schedule=schedule, changed_at=T0)
 
 
 async def test_attributes_and_labels_read_back_as_the_worker_held_them(

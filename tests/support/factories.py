@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.changes import ConfigUpdated, HostMaintenanceSet, HostScanRequested, SchedulerToggled
@@ -19,10 +19,26 @@ from schemas.schedules import (
     ScheduleTriggered,
     ScheduleUpserted,
 )
+from schemas.state import HostSchedule, HostStateChanged
 
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def host_state_changed(
+    host_id: str, version: int, *, at: datetime, **fields: Any
+) -> HostStateChanged:
+    """A host's schedule as the worker publishes it for the projector, changed at `at`:
+    created a day before, next scan an hour after; `fields` set any other schedule field."""
+    values: dict[str, Any] = {
+        "next_scheduled_scan": at + timedelta(hours=1),
+        "created_at": at - timedelta(days=1),
+        "updated_at": at,
+        **fields,
+    }
+    schedule = HostSchedule(host_id=host_id, version=version, **values)
+    return HostStateChanged(host_id=host_id, version=version, schedule=schedule, changed_at=at)
 
 
 def host_created(host_id: str, **attributes: Any) -> ObjectEvent:
