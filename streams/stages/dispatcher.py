@@ -31,6 +31,7 @@ from streams.codec import Undecodable
 from streams.direct import DirectSends, table_value
 from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
+from streams.partition_index import partition_of
 from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
 from streams.policy.ids import message_id
 from streams.stages.control import Control
@@ -297,6 +298,7 @@ class Dispatcher:
         (its claim was never marked issued).
         """
         names = self._names
+        partitions = self.settings.partitions
         while True:
             await self._outbox_ready.wait()
             self._outbox_ready.clear()
@@ -305,10 +307,19 @@ class Dispatcher:
             if self.settings.fault_command_send_delay_seconds:
                 await asyncio.sleep(self.settings.fault_command_send_delay_seconds)
             # Hosts are not told: the command carries its issue time and deadline to the
-            # scanners, and a host learns it ended from its result or timeout.
-            for command, _ in batch:
-                key = command.host_id.encode()
-                await self._direct.send(names.scan_commands, key, codec.encode(command))
+            # scanners, and a host learns it ended from its result or timeout. The commands
+            # go as one record batch per partition (only this task sends to the topic), on the
+            # partition the default partitioner would pick for the host (its count is checked
+            # at start): a send each cost more than the command's encoding.
+            async with self._direct.batching():
+                for command, _ in batch:
+                    host_id = command.host_id
+                    await self._direct.queue(
+                        names.scan_commands,
+                        host_id.encode(),
+                        codec.encode(command),
+                        partition_of(host_id, partitions),
+                    )
 
     async def log_ownership(self, sender: Any = None, **kwargs: Any) -> None:
         """Operators (and the fault tests) read from the log which worker holds the cap."""
