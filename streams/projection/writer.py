@@ -61,6 +61,8 @@ _UPSERT_HOSTS = (
     "ON CONFLICT (host_id) DO UPDATE SET "
     + ", ".join(f"{column} = excluded.{column}" for column in _HOST_COLUMNS[1:])
     + " WHERE excluded.version > host_schedule.version"
+    # A host created again starts over at version 1 but was created after the row's host.
+    " OR excluded.created_at > host_schedule.created_at"
 )
 
 _labels_json: TypeAdapter[dict[str, str]] = TypeAdapter(HostLabels)
@@ -91,10 +93,11 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
     """Write `changes` in one transaction; the caller commits offsets only after this returns."""
     summary = BatchSummary()
     async with conn.transaction():
-        host_changes = [c for c in changes if isinstance(c, HostStateChanged)]
+        host_changes = _last_incarnation([c for c in changes if isinstance(c, HostStateChanged)])
         hosts = _latest_per_host(host_changes)
-        before = await _apply_hosts(conn, hosts)
-        summary.alerts.add(await alerts.apply_host_alerts(conn, host_changes, before))
+        before, replayed = await _apply_hosts(conn, hosts)
+        current = [change for change in host_changes if change.host_id not in replayed]
+        summary.alerts.add(await alerts.apply_host_alerts(conn, current, before))
         for change in hosts:
             summary.saw("host_state", change.changed_at)
         await _apply_commands(conn, [c for c in changes if isinstance(c, ScanCommand)], summary)
@@ -112,6 +115,25 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
     return summary
 
 
+def _last_incarnation(changes: Iterable[HostStateChanged]) -> list[HostStateChanged]:
+    """Each host's changes from its last deletion or creation on, in their order.
+
+    A host deleted and created again starts over at version 1, so versions order the changes
+    of one incarnation only; a host's changes come in the order the worker made them (one
+    partition), and a deletion, or a schedule created at another time, begins a new run."""
+    runs: dict[str, list[HostStateChanged]] = {}
+    for change in changes:
+        run = runs.setdefault(change.host_id, [])
+        if run and (
+            change.schedule is None
+            or run[-1].schedule is None
+            or change.schedule.created_at != run[-1].schedule.created_at
+        ):
+            run.clear()
+        run.append(change)
+    return [change for run in runs.values() for change in run]
+
+
 def _latest_per_host(changes: Iterable[HostStateChanged]) -> list[HostStateChanged]:
     latest: dict[str, HostStateChanged] = {}
     for change in changes:
@@ -123,26 +145,36 @@ def _latest_per_host(changes: Iterable[HostStateChanged]) -> list[HostStateChang
 
 async def _apply_hosts(
     conn: psycopg.AsyncConnection, changes: list[HostStateChanged]
-) -> dict[str, tuple[int, float | None]]:
-    """Apply the newest change of each host; return what the read model held (version, score)."""
+) -> tuple[dict[str, tuple[int, float | None]], set[str]]:
+    """Apply the newest change of each host's incarnation. Returns what the read model held of
+    each host's current incarnation (version, score), and the hosts whose changes were of an
+    incarnation earlier than the row's (replayed after the host was created again)."""
     if not changes:
-        return {}
+        return {}, set()
     ids = [change.host_id for change in changes]
     # Lock in host_id order (the list is sorted) so concurrent projectors cannot deadlock.
     cursor = await conn.execute(
         "SELECT host_id, version, deleted, state, in_flight_command_id IS NOT NULL,"
-        " maintenance_mode, NOT is_active, status = 'down', score"
+        " maintenance_mode, NOT is_active, status = 'down', score, created_at"
         " FROM host_schedule WHERE host_id = ANY(%s) ORDER BY host_id FOR UPDATE",
         (ids,),
     )
     before = {row[0]: row for row in await cursor.fetchall()}
+    earlier_incarnations: set[str] = set()
+    replayed: set[str] = set()
     state_delta: Counter[str] = Counter()
     flag_delta: Counter[str] = Counter()
     upserts: list[tuple[Any, ...]] = []
     deletes: list[tuple[Any, ...]] = []
     for change in changes:
         old = before.get(change.host_id)
-        if old is not None and old[1] >= change.version:
+        created_at = change.schedule.created_at if change.schedule is not None else None
+        if old is not None and created_at is not None and created_at != old[9]:
+            if created_at < old[9]:
+                replayed.add(change.host_id)  # An earlier incarnation's change: the row is newer.
+                continue
+            earlier_incarnations.add(change.host_id)  # Created again: any version is newer.
+        elif old is not None and old[1] >= change.version:
             continue  # A replay or a reordered older change: the row is newer already.
         if old is not None and not old[2]:
             state_delta[old[3]] -= 1
@@ -168,7 +200,14 @@ async def _apply_hosts(
             await cursor.executemany(_DELETE_HOST, deletes)
     await _bump(conn, "host_state_counts", "state", state_delta)
     await _bump(conn, "host_flag_counts", "flag", flag_delta)
-    return {host_id: (row[1], None if row[2] else row[8]) for host_id, row in before.items()}
+    # What the read model held of each host's current incarnation (a host created again has
+    # nothing yet, as a new one).
+    held = {
+        host_id: (row[1], None if row[2] else row[8])
+        for host_id, row in before.items()
+        if host_id not in earlier_incarnations
+    }
+    return held, replayed
 
 
 def _flags(schedule: HostSchedule) -> tuple[bool, bool, bool, bool]:

@@ -16,11 +16,12 @@ from schemas.state import HostStateChanged
 from tests.support.agents import ScannerFleet
 from tests.support.factories import (
     host_created,
+    host_deleted,
     maintenance_set,
     scan_requested,
     scheduler_toggled,
 )
-from tests.support.kafka import start_producer, wait_until
+from tests.support.kafka import publish, start_producer, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -211,3 +212,36 @@ async def test_projection_pauses_while_postgres_is_down_and_catches_up_losing_no
         assert worker.log().count("Traceback") == 0
     finally:
         server.stop()
+
+
+async def test_a_host_deleted_and_created_again_is_projected_as_new(
+    settings: Settings, workers
+) -> None:
+    # The host created again starts over at version 1, below the deleted row's version.
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+
+    def row() -> tuple | None:
+        with psycopg.connect(settings.database_url) as conn:
+            return conn.execute(
+                "SELECT deleted, organization, version FROM host_schedule WHERE host_id = 'again-1'"
+            ).fetchone()
+
+    try:
+        await publish(producer, names.object_created, "again-1", host_created("again-1"))
+        for _ in range(3):  # A few versions for the first incarnation.
+            await publish(producer, names.schedule_changes, "again-1", scan_requested("again-1"))
+        await wait_until(lambda: (row() or (None, None, 0))[2] >= 2, timeout=30, what="the host")
+        first_version = row()[2]  # type: ignore[index]
+        await publish(producer, names.object_created, "again-1", host_deleted("again-1"))
+        await wait_until(lambda: (row() or (False,))[0], timeout=30, what="the deletion projected")
+        again = host_created("again-1", organization="second")
+        await publish(producer, names.object_created, "again-1", again)
+        await wait_until(
+            lambda: row() == (False, "second", 1), timeout=30, what="the host created again"
+        )
+    finally:
+        await producer.stop()
+    assert first_version >= 2
+    assert counters(settings.database_url) == {"unknown": 1}

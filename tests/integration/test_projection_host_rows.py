@@ -72,3 +72,64 @@ async def test_attributes_and_labels_read_back_as_the_worker_held_them(
             awkward.model_dump(mode="json", exclude={"labels"}),
             awkward.labels,
         )
+
+
+def incarnation(
+    host_id: str, versions: range, *, created_at: datetime, hostname: str
+) -> list[HostStateChanged]:
+    attributes = ObjectAttributes(hostname=hostname)
+    return [
+        host_state_changed(
+            host_id,
+            version,
+            at=created_at + timedelta(minutes=version),
+            attributes=attributes,
+            created_at=created_at,
+        )
+        for version in versions
+    ]
+
+
+def deleted(host_id: str, version: int, at: datetime) -> HostStateChanged:
+    return HostStateChanged(host_id=host_id, version=version, schedule=None, changed_at=at)
+
+
+async def test_a_host_deleted_and_created_again_reads_as_its_new_incarnation(
+    postgres_server: Callable[[str], str],
+) -> None:
+    """A host created again starts over at version 1; its rows must not wait for the old
+    incarnation's version to be passed, whether the deletion came in an earlier batch, in the
+    same batch, or never reached the read model."""
+    dsn = postgres_server(unique_name("kairos_host_again_"))
+    await migrate(dsn)
+    later = T0 + timedelta(days=1)
+    first = incarnation("h-apart", range(1, 8), created_at=T0, hostname="first")
+    second = incarnation("h-apart", range(1, 3), created_at=later, hostname="second")
+    one_batch = [
+        *incarnation("h-together", range(1, 8), created_at=T0, hostname="first"),
+        deleted("h-together", 8, T0 + timedelta(hours=1)),
+        *incarnation("h-together", range(1, 3), created_at=later, hostname="second"),
+    ]
+    async with await connect(dsn) as conn:
+        await apply(first, conn)
+        await apply([deleted("h-apart", 8, T0 + timedelta(hours=1))], conn)
+        await apply(second, conn)
+        await apply(one_batch, conn)
+        # The deletion never projected (the host's row still live at version 7).
+        await apply(incarnation("h-lost", range(1, 8), created_at=T0, hostname="first"), conn)
+        await apply(incarnation("h-lost", range(1, 2), created_at=later, hostname="second"), conn)
+        # A change of the old incarnation arriving late does not take the row back.
+        await apply(first[-1:], conn)
+        cursor = await conn.execute(
+            "SELECT host_id, hostname, version, deleted, created_at FROM host_schedule"
+            " ORDER BY host_id"
+        )
+        rows = await cursor.fetchall()
+        cursor = await conn.execute("SELECT sum(hosts) FROM host_state_counts")
+        counted = (await cursor.fetchone() or [None])[0]
+    assert rows == [
+        ("h-apart", "second", 2, False, later),
+        ("h-lost", "second", 1, False, later),
+        ("h-together", "second", 2, False, later),
+    ]
+    assert counted == 3

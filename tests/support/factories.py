@@ -21,6 +21,8 @@ from schemas.schedules import (
 )
 from schemas.state import HostSchedule, HostStateChanged
 
+HOSTS_CREATED_AT = datetime(2020, 1, 1, tzinfo=UTC)
+
 
 def now() -> datetime:
     return datetime.now(UTC)
@@ -29,11 +31,12 @@ def now() -> datetime:
 def host_state_changed(
     host_id: str, version: int, *, at: datetime, **fields: Any
 ) -> HostStateChanged:
-    """A host's schedule as the worker publishes it for the projector, changed at `at`:
-    created a day before, next scan an hour after; `fields` set any other schedule field."""
+    """A host's schedule as the worker publishes it for the projector, changed at `at`, next
+    scan an hour after; `fields` set any other schedule field. Its `created_at` is the same for
+    every change unless set: a host created again is told apart by it (a new incarnation)."""
     values: dict[str, Any] = {
         "next_scheduled_scan": at + timedelta(hours=1),
-        "created_at": at - timedelta(days=1),
+        "created_at": HOSTS_CREATED_AT,
         "updated_at": at,
         **fields,
     }
