@@ -401,16 +401,6 @@ async def get_host(conn: psycopg.AsyncConnection, *, host_id: str) -> HostDetail
     return HostDetailPublic(**row, latest_scan=_scan(scan) if scan else None)
 
 
-async def get_host_version(conn: psycopg.AsyncConnection, *, host_id: str) -> int | None:
-    """The projected version of a known host; None if unknown or deleted."""
-    row = await _one(
-        conn,
-        "SELECT version FROM host_schedule WHERE host_id = %(host_id)s AND NOT deleted",
-        {"host_id": host_id},
-    )
-    return int(row["version"]) if row else None
-
-
 async def list_host_history(
     conn: psycopg.AsyncConnection, *, host_id: str, after: CursorKey | None, limit: int
 ) -> tuple[list[ScanResultPublic | CommandPublic], int]:

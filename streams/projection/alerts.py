@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -89,8 +89,14 @@ async def apply_host_alerts(
     conn: psycopg.AsyncConnection,
     changes: Sequence[HostStateChanged],
     before: Mapping[str, tuple[int, float | None]],
+    created_again: Set[str] = frozenset(),
 ) -> list[AlertDecision]:
-    """Alerts of the host changes newer than the read model held (`before`: version, score)."""
+    """Alerts of the host changes newer than the read model held (`before`: version, score).
+
+    `created_again`: hosts whose changes are of an incarnation newer than the read model's
+    row. The alerts still open for the earlier one are resolved as its deletion would have
+    resolved them (the deletion came in the same batch, or never reached the read model),
+    at the new incarnation's creation, before the new one's changes are looked at."""
     steps: dict[str, list[HostStateChanged]] = defaultdict(list)
     for change in changes:
         known = before.get(change.host_id)
@@ -103,10 +109,14 @@ async def apply_host_alerts(
     decisions: list[AlertDecision] = []
     for host_id in sorted(steps):
         ordered = sorted(steps[host_id], key=lambda change: change.version)
+        host_steps = [HostStep(change.schedule, change.changed_at) for change in ordered]
+        first = ordered[0].schedule
+        if host_id in created_again and first is not None:
+            host_steps.insert(0, HostStep(None, first.created_at))
         decisions += host_alerts(
             host_id,
             before[host_id][1] if host_id in before else None,
-            [HostStep(change.schedule, change.changed_at) for change in ordered],
+            host_steps,
             open_alerts.get(host_id, {}),
             score_drop=config.alert_score_drop,
             max_interval=timedelta(minutes=config.max_interval_minutes),

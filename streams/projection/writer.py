@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -95,9 +95,11 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
     async with conn.transaction():
         host_changes = _last_incarnation([c for c in changes if isinstance(c, HostStateChanged)])
         hosts = _latest_per_host(host_changes)
-        before, replayed = await _apply_hosts(conn, hosts)
-        current = [change for change in host_changes if change.host_id not in replayed]
-        summary.alerts.add(await alerts.apply_host_alerts(conn, current, before))
+        applied = await _apply_hosts(conn, hosts)
+        current = [change for change in host_changes if change.host_id not in applied.replayed]
+        summary.alerts.add(
+            await alerts.apply_host_alerts(conn, current, applied.held, applied.created_again)
+        )
         for change in hosts:
             summary.saw("host_state", change.changed_at)
         await _apply_commands(conn, [c for c in changes if isinstance(c, ScanCommand)], summary)
@@ -143,14 +145,22 @@ def _latest_per_host(changes: Iterable[HostStateChanged]) -> list[HostStateChang
     return sorted(latest.values(), key=lambda change: change.host_id)
 
 
+class HostsApplied(NamedTuple):
+    held: dict[str, tuple[int, float | None]]
+    """What the read model held of each host's current incarnation: version, score."""
+    replayed: set[str]
+    """Hosts whose changes were of an incarnation earlier than the row's (replayed after the
+    host was created again): the row is left as it is."""
+    created_again: set[str]
+    """Hosts whose row was of an earlier incarnation: the new one replaced it."""
+
+
 async def _apply_hosts(
     conn: psycopg.AsyncConnection, changes: list[HostStateChanged]
-) -> tuple[dict[str, tuple[int, float | None]], set[str]]:
-    """Apply the newest change of each host's incarnation. Returns what the read model held of
-    each host's current incarnation (version, score), and the hosts whose changes were of an
-    incarnation earlier than the row's (replayed after the host was created again)."""
+) -> HostsApplied:
+    """Apply the newest change of each host's incarnation."""
     if not changes:
-        return {}, set()
+        return HostsApplied({}, set(), set())
     ids = [change.host_id for change in changes]
     # Lock in host_id order (the list is sorted) so concurrent projectors cannot deadlock.
     cursor = await conn.execute(
@@ -160,7 +170,7 @@ async def _apply_hosts(
         (ids,),
     )
     before = {row[0]: row for row in await cursor.fetchall()}
-    earlier_incarnations: set[str] = set()
+    created_again: set[str] = set()
     replayed: set[str] = set()
     state_delta: Counter[str] = Counter()
     flag_delta: Counter[str] = Counter()
@@ -173,7 +183,7 @@ async def _apply_hosts(
             if created_at < old[9]:
                 replayed.add(change.host_id)  # An earlier incarnation's change: the row is newer.
                 continue
-            earlier_incarnations.add(change.host_id)  # Created again: any version is newer.
+            created_again.add(change.host_id)  # Any version of the new incarnation is newer.
         elif old is not None and old[1] >= change.version:
             continue  # A replay or a reordered older change: the row is newer already.
         if old is not None and not old[2]:
@@ -205,9 +215,9 @@ async def _apply_hosts(
     held = {
         host_id: (row[1], None if row[2] else row[8])
         for host_id, row in before.items()
-        if host_id not in earlier_incarnations
+        if host_id not in created_again
     }
-    return held, replayed
+    return HostsApplied(held, replayed, created_again)
 
 
 def _flags(schedule: HostSchedule) -> tuple[bool, bool, bool, bool]:

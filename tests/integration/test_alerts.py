@@ -302,6 +302,42 @@ async def test_a_fall_and_its_recovery_in_one_batch_leave_one_resolved_alert_eve
     )
 
 
+async def test_a_host_created_again_resolves_the_alerts_left_open_by_its_deleted_self(
+    postgres_server: Callable[[str], str],
+) -> None:
+    """A deletion that came in the new incarnation's batch, or never reached the read model,
+    still resolves the alerts the deleted host left open; the new host starts with none."""
+    dsn = postgres_server(unique_name("kairos_alerts_"))
+    await migrate(dsn)
+    t0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    again = t0 + timedelta(days=1)
+
+    def created_again(host_id: str) -> HostStateChanged:
+        return host_state_changed(host_id, 1, at=again, created_at=again, score=90.0)
+
+    fallen = {
+        host_id: [scored(1, 95, t0, host_id), scored(2, 40, t0 + timedelta(hours=1), host_id)]
+        for host_id in ("h-together", "h-lost")
+    }
+    async with await connect(dsn) as conn:
+        await apply([*fallen["h-together"], *fallen["h-lost"]], conn)
+        deletion = HostStateChanged(
+            host_id="h-together", version=3, schedule=None, changed_at=t0 + timedelta(hours=2)
+        )
+        await apply([deletion, created_again("h-together")], conn)
+        await apply([created_again("h-lost")], conn)
+        rows = await (
+            await conn.execute(
+                "SELECT subject_id, alert_type, raised_at, resolved_at, resolution FROM alerts"
+                " ORDER BY subject_id"
+            )
+        ).fetchall()
+    assert rows == [
+        (host_id, "score_dropped", t0 + timedelta(hours=1), again, "host deleted")
+        for host_id in ("h-lost", "h-together")
+    ]
+
+
 async def test_hosts_in_one_batch_keep_their_own_alert_order_side_by_side(
     postgres_server: Callable[[str], str],
 ) -> None:
