@@ -29,7 +29,7 @@ from schemas.internal import (
 )
 from schemas.objects import ObjectEvent, Operation
 from schemas.results import ERROR_MAX_CHARS, ScanCompleted, ScanStatus
-from schemas.state import HostSchedule, InFlightCommand
+from schemas.state import HostSchedule
 from streams.policy.compliance import compliance_state, interval, interval_minutes
 from streams.policy.ids import command_id, event_fingerprint, spread_offset_seconds
 
@@ -93,7 +93,9 @@ def decide(
     `scanner_busy`: a generic schedule has a command of the adaptive scanner in flight on this
     host; a due claim (a forced one too) then waits for it to end.
     """
-    event_id = getattr(event, "event_id", None)
+    # Read from the fields: `getattr` with a default on a model without the field (a wake)
+    # goes through pydantic's `__getattr__`, which raises and catches: 5 µs of a 40 µs wake.
+    event_id = event.__dict__.get("event_id")
     if schedule is not None and event_id is not None:
         if event_fingerprint(event_id) in schedule.recent_event_ids:
             return Decision(schedule, ignored="duplicate_event")
@@ -415,16 +417,20 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
             reason = CommandReason.UNKNOWN
         else:
             reason = CommandReason.SCHEDULED
-    in_flight = InFlightCommand(
-        command_id=command_id(
+    # An `InFlightCommand`'s fields, validated with the schedule in `_finish` (a model built
+    # here to be dumped at once cost 4 µs more per claim).
+    in_flight = {
+        "command_id": command_id(
             values["host_id"], values["due_instance"], values["attempt"], values["incarnation"]
         ),
-        reason=reason,
-        priority=priority,
-        due_at=due_at,
-        attempt=values["attempt"],
-        claimed_at=now,
-    ).model_dump()
+        "reason": reason,
+        "priority": priority,
+        "due_at": due_at,
+        "attempt": values["attempt"],
+        "claimed_at": now,
+        "issued_at": None,
+        "deadline": None,
+    }
     values["in_flight"] = in_flight
     values["force_requested"] = False
     draft.dispatch.append(_dispatch_request(values, in_flight))
