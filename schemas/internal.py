@@ -60,6 +60,11 @@ class IssuedBeforeForce(Contract):
     event_id: UUID
     host_id: str
     command_id: str
+    incarnation: str | None = Field(
+        default=None,
+        description="The incarnation whose force request this answers: a host created again"
+        " since ignores it. None from a dispatcher that did not say; taken as the current one.",
+    )
 
 
 class CommandTimedOut(Contract):
@@ -105,6 +110,11 @@ class DispatchRequested(Contract):
     scanner: str = ADAPTIVE_SCANNER
     schedule_id: str | None = None
     args: dict[str, Any] | None = None
+    incarnation: str | None = Field(
+        default=None,
+        description="On a host's force request: the host's incarnation, which the dispatcher's"
+        " IssuedBeforeForce answer names.",
+    )
 
 
 class SlotReleased(Contract):

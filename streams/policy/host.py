@@ -271,6 +271,9 @@ def _force_now(values: dict[str, Any], now: datetime) -> None:
 def _force_after(draft: _Draft, notice: IssuedBeforeForce, *, now: datetime) -> str | None:
     """The command went out before the force reached the dispatcher: scan again after it."""
     values = draft.values
+    if notice.incarnation is not None and notice.incarnation != values["incarnation"]:
+        # The host was deleted and created again since it asked: the new host never did.
+        return "earlier_incarnation"
     in_flight = values["in_flight"]
     if in_flight is None:
         _force_now(values, now)  # That command has already ended (its result or timeout first).
@@ -448,6 +451,7 @@ def unissued_claim(schedule: HostSchedule) -> DispatchRequested | None:
 
 
 def _dispatch_request(values: dict[str, Any], in_flight: dict[str, Any]) -> DispatchRequested:
+    forced = in_flight["reason"] == CommandReason.FORCE
     return DispatchRequested(
         command_id=in_flight["command_id"],
         host_id=values["host_id"],
@@ -456,6 +460,9 @@ def _dispatch_request(values: dict[str, Any], in_flight: dict[str, Any]) -> Disp
         reason=in_flight["reason"],
         state=values["state"],
         attempt=in_flight["attempt"],
+        # Only a force request can be answered (IssuedBeforeForce), and the answer must say
+        # which incarnation asked: the others leave it out.
+        incarnation=values["incarnation"] if forced else None,
     )
 
 

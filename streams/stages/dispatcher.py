@@ -206,6 +206,7 @@ class Dispatcher:
             event_id=message_id("issued-before-force", request.command_id),
             host_id=request.host_id,
             command_id=request.command_id,
+            incarnation=request.incarnation,
         )
         key = request.host_id.encode()
         await self._direct.send(self._names.host_signals, key, codec.encode(notice))

@@ -7,6 +7,7 @@ would otherwise take hours to show; the simulated agents stamp results in schedu
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -206,6 +207,51 @@ async def test_force_while_the_command_is_out_scans_again_once_it_ends(
     assert first["reason"] != "force"
     assert forced["reason"] == "force" and forced["priority"] == 10
     assert forced["command_id"] != first["command_id"]
+
+
+async def test_a_force_answer_delivered_again_after_the_host_was_created_again_is_ignored(
+    settings: Settings, workers
+) -> None:
+    """The dispatcher's answer to a force names the incarnation that asked. Delivered again
+    (as a dispatcher replaying its output after a crash would) once the host was deleted and
+    created again under the same id, it does not force a scan of the new host, which never
+    asked."""
+    workers(settings)
+    names = settings.topics
+    producer = await start_producer(settings)
+    first_life = host_created("reborn-1")
+    async with (
+        Collector(settings, names.host_signals) as signals,
+        ScannerFleet(settings, answer=lambda command: False) as fleet,
+    ):
+        await publish(producer, names.object_created, "reborn-1", first_life)
+        await wait_until(lambda: fleet.commands_for("reborn-1"), timeout=15, what="the first scan")
+        await publish(producer, names.schedule_changes, "reborn-1", scan_requested("reborn-1"))
+
+        def answers() -> list[Any]:
+            kind = b'"kind":"command.issued_before_force"'
+            return [r for r in signals.records if r.value is not None and kind in r.value]
+
+        await signals.wait_for(answers, timeout=15, what="the answer to the force")
+        await publish(producer, names.object_created, "reborn-1", host_deleted("reborn-1"))
+        await publish(producer, names.object_created, "reborn-1", host_created("reborn-1"))
+        await wait_until(
+            lambda: len(fleet.commands_for("reborn-1")) >= 2, timeout=15, what="the new host's scan"
+        )
+        [answer] = answers()
+        await producer.send_and_wait(names.host_signals, answer.value, key=answer.key)
+        old, new = fleet.commands_for("reborn-1")
+        fleet.answer_later(new)
+        # A forced scan follows a result at once: a few seconds without one show there is none.
+        await asyncio.sleep(3.0)
+    await producer.stop()
+    told = json.loads(answer.value)
+    assert told["command_id"] == old["command_id"]
+    assert told["incarnation"] == str(first_life.event_id)
+    assert [command["reason"] for command in fleet.commands_for("reborn-1")] == [
+        "unknown",
+        "unknown",
+    ]
 
 
 async def test_maintenance_holds_scans_until_it_ends_then_the_overdue_host_is_scanned(

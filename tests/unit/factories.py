@@ -157,12 +157,15 @@ def command_issued(
     )
 
 
-def issued_before_force(command_id: str, *, host_id: str = HOST) -> IssuedBeforeForce:
+def issued_before_force(
+    command_id: str, *, host_id: str = HOST, incarnation: str | None = None
+) -> IssuedBeforeForce:
     """The dispatcher's answer to a force request for a command already out."""
     return IssuedBeforeForce(
         event_id=message_id("issued-before-force", command_id),
         host_id=host_id,
         command_id=command_id,
+        incarnation=incarnation,
     )
 
 

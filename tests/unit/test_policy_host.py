@@ -1165,6 +1165,56 @@ def test_answer_to_a_force_already_met_by_a_forced_command_changes_nothing() -> 
     assert told.schedule is not None and told.schedule.force_requested is False
 
 
+def test_a_force_request_names_the_incarnation_that_asked_and_a_claim_does_not() -> None:
+    claimed = onboarded(at=NOW)
+    [claim] = decide(None, host_created(at=NOW), now=NOW, config=DEFAULT_CONFIG).dispatch
+    at = NOW + MINUTE
+
+    [force] = decide(claimed, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).dispatch
+
+    assert force.reason is CommandReason.FORCE and force.incarnation == claimed.incarnation
+    assert claim.reason is CommandReason.UNKNOWN and claim.incarnation is None
+
+
+@pytest.mark.parametrize("new_host_has_a_command_in_flight", [True, False])
+def test_an_answer_to_a_force_asked_by_a_deleted_incarnation_is_ignored(
+    new_host_has_a_command_in_flight: bool,
+) -> None:
+    """A host forced, deleted and created again under the same id: the dispatcher's late
+    answer to the old host's force must not force a scan of the new one."""
+    claimed = onboarded(at=NOW)
+    at = NOW + MINUTE
+    [force] = decide(claimed, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).dispatch
+    again = decide(None, host_created(at=at + SECOND), now=at + SECOND, config=DEFAULT_CONFIG)
+    new_host = again.schedule
+    assert new_host is not None and new_host.incarnation != claimed.incarnation
+    assert new_host.in_flight is not None
+    done = at + 2 * SECOND
+    if not new_host_has_a_command_in_flight:
+        result = scan_succeeded(in_flight_id(new_host), completed_at=done)
+        new_host = decide(new_host, result, now=done, config=DEFAULT_CONFIG).schedule
+        assert new_host is not None and new_host.in_flight is None
+    answer = issued_before_force(force.command_id, incarnation=force.incarnation)
+
+    told = decide(new_host, answer, now=done, config=DEFAULT_CONFIG)
+
+    assert told.ignored == "earlier_incarnation" and told.dispatch == ()
+    assert told.schedule is not None and told.schedule.force_requested is False
+
+
+def test_an_answer_that_names_the_host_s_own_incarnation_forces_the_scan() -> None:
+    claimed = onboarded(at=NOW)
+    at = NOW + MINUTE
+    [force] = decide(claimed, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).dispatch
+    asked = decide(claimed, scan_requested(at=at), now=at, config=DEFAULT_CONFIG).schedule
+    answer = issued_before_force(force.command_id, incarnation=force.incarnation)
+
+    told = decide(asked, answer, now=at, config=DEFAULT_CONFIG)
+
+    assert told.ignored is None
+    assert told.schedule is not None and told.schedule.force_requested is True
+
+
 def test_a_replayed_answer_to_a_force_is_absorbed() -> None:
     claimed = onboarded(at=NOW)
     command = in_flight_id(claimed)
