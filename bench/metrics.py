@@ -69,6 +69,9 @@ class ProcessSampler:
 
     pids: Callable[[], dict[str, int]]
     interval: float = 0.5
+    shared_cpu: Callable[[], dict[str, float | None]] | None = None
+    """CPU seconds of what the sampled system shares with others (`BenchStack.shared_cpu_seconds`),
+    kept as `<name>_cpu` beside the system's own processes."""
     samples: list[dict[str, Any]] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
@@ -89,6 +92,9 @@ class ProcessSampler:
         for name, pid in self.pids().items():
             entry[f"{name}_rss"] = rss_bytes(pid)
             entry[f"{name}_cpu"] = cpu_seconds(pid)
+        if self.shared_cpu is not None:
+            for name, seconds in self.shared_cpu().items():
+                entry[f"{name}_cpu"] = seconds
         self.samples.append(entry)
         return entry
 

@@ -55,6 +55,20 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def _parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _children_of(parent: int) -> list[int]:
+    """Processes whose parent is `parent` (PostgreSQL's backends and helpers)."""
+    return [int(name) for name in os.listdir("/proc")
+            if name.isdigit() and _parent_pid(int(name)) == parent]  # fmt: skip
+
+
 @dataclass
 class ChildProcess:
     """A process the bench started, in its own process group.
@@ -150,6 +164,28 @@ class BenchStack:
             server.start(timeout=60)
             self._postgres = server
         return self._postgres
+
+    def shared_cpu_seconds(self) -> dict[str, float | None]:
+        """CPU seconds so far of what every system of a run shares on this machine: the Kafka
+        broker, PostgreSQL (its server process and every backend, summed) and this bench
+        process (the scanner fleet and the watchers). A system's own processes are its `pids`."""
+        seconds: dict[str, float | None] = {"bench": cpu_seconds(os.getpid())}
+        if self.kafka_pid is not None:
+            seconds["broker"] = cpu_seconds(self.kafka_pid)
+        postmaster = self._postmaster_pid()
+        if postmaster is not None:
+            pids = [postmaster, *_children_of(postmaster)]
+            seconds["postgres"] = sum(cpu_seconds(pid) or 0.0 for pid in pids)
+        return seconds
+
+    def _postmaster_pid(self) -> int | None:
+        if self._postgres is None:
+            return None
+        data_dir: Path = self._postgres.data_dir  # type: ignore[attr-defined]
+        try:
+            return int((data_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
 
     def database(self, name: str) -> str:
         """A fresh database on the bench PostgreSQL; its DSN."""

@@ -89,7 +89,7 @@ async def _kafka_dispatch_run(
 ) -> DispatchRun:
     await system.start(max_concurrent_scans=CAP)
     fleet = ScannerFleet(system.settings, profile)
-    sampler = ProcessSampler(system.pids, interval=0.5)
+    sampler = ProcessSampler(system.pids, interval=0.5, shared_cpu=ctx.stack.shared_cpu_seconds)
     events: dict[str, float] = {}
     async with fleet, sampler:
         primed = await prime(ctx, system, fleet, n)

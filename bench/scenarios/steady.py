@@ -9,6 +9,7 @@ command: `issued_at - due_at`, both stamped by the system itself.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -55,8 +56,9 @@ def summarize(run: DispatchRun | ExternalRun) -> dict[str, Any]:
     return stats
 
 
-def worker_cpu(run: DispatchRun) -> dict[str, float | None]:
-    """Cores each process used during the due window (1.0 = one full core)."""
+def cores_during_window(run: DispatchRun) -> dict[str, float | None]:
+    """Cores each process used during the due window (1.0 = one full core): the system's own,
+    and the broker, PostgreSQL and the bench process, which every system shares."""
     end = max(run.due_for.values())
     shares: dict[str, float | None] = {}
     keys = {key[:-4] for sample in run.samples for key in sample if key.endswith("_cpu")}
@@ -136,7 +138,7 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
         if isinstance(r, DispatchRun):
             result.details[label]["prime_seconds"] = r.prime_seconds
             result.details[label]["lag_when_due_times_began"] = r.lag_at_start
-            result.details[label]["cpu_cores_during_window"] = worker_cpu(r)
+            result.details[label]["cpu_cores_during_window"] = cores_during_window(r)
             result.details[label]["peak_rss_bytes"] = {
                 key: max((s[key] for s in r.samples if s.get(key)), default=None)
                 for key in {k for s in r.samples for k in s if k.endswith("_rss")}
@@ -209,9 +211,26 @@ def _notes(ctx, n, aps_n, stats, runs) -> list[str]:  # noqa: ANN001 - local hel
                 "the system had finished applying the priming results and are not measured."
             )
     for label, r in runs.items():
+        if isinstance(r, DispatchRun):
+            notes.append(_cores_note(label, cores_during_window(r)))
         if isinstance(r, DispatchRun) and r.settled_at is None:
             notes.append(
                 f"{label}: still {r.lag_at_start:,} input records behind when the first "
                 "host became due (setup overlapped the window)."
             )
     return notes
+
+
+def _cores_note(label: str, cores: dict[str, float | None]) -> str:
+    """Where the machine's cores went while hosts fell due: a system that cannot keep up with
+    the plan shows as lateness that grows through the window."""
+    shared = {"broker": "Kafka broker", "postgres": "PostgreSQL", "bench": "bench process"}
+    own = [name for name in cores if name not in shared]
+    parts = [f"{shared.get(name, name)} {cores[name]:.2f}" for name in [*own, *shared]
+             if cores.get(name) is not None]  # fmt: skip
+    total = sum(value for value in cores.values() if value is not None)
+    return (
+        f"{label}: cores used while hosts fell due, of the machine's {os.cpu_count()}: "
+        f"{', '.join(parts)} (total {total:.2f}; the bench process runs the scanner fleet "
+        "and reads the commands)."
+    )
