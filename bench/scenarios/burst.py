@@ -21,7 +21,14 @@ from bench.scenarios.common import (
     public,
     steady_profile,
 )
-from bench.scenarios.runs import apscheduler_run, kafka_dispatch_run, sql_poller_run
+from bench.scenarios.runs import (
+    DispatchRun,
+    apscheduler_run,
+    cores_between,
+    cores_note,
+    kafka_dispatch_run,
+    sql_poller_run,
+)
 from bench.systems import HeapqSystem, KairosSystem
 
 KEY, NUMBER, TITLE = "burst", 3, "Burst"
@@ -130,6 +137,11 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
     )
     if ctx.quick:
         result.notes.append(f"Quick mode: {n:,} hosts instead of 100,000.")
+    for label, r in runs.items():
+        if isinstance(r, DispatchRun) and outs[label].get("issued"):
+            start = min(r.due_for.values())
+            cores = cores_between(r, start, start + outs[label]["last_issued_s"])
+            result.notes.append(cores_note(label, cores, "from the due second to the last command"))
     for label, out in outs.items():
         if out.get("issued", 0) < out.get("planned", 0):
             result.notes.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -49,6 +50,36 @@ class DispatchRun:
         if self.settled_at is None:
             return self.started_at
         return max(self.started_at, self.settled_at)
+
+
+def cores_between(run: DispatchRun, start: float, end: float) -> dict[str, float | None]:
+    """Cores each sampled process used between `start` and `end` (1.0 = one full core): the
+    system's own, and the broker, PostgreSQL and the bench process, which every system shares
+    (`BenchStack.shared_cpu_seconds`). None where fewer than two samples fall inside."""
+    shares: dict[str, float | None] = {}
+    names = {key[:-4] for sample in run.samples for key in sample if key.endswith("_cpu")}
+    for name in sorted(names):
+        key = f"{name}_cpu"
+        inside = [s for s in run.samples if start <= s["at"] <= end and s.get(key) is not None]
+        if len(inside) >= 2 and inside[-1]["at"] > inside[0]["at"]:
+            used = inside[-1][key] - inside[0][key]
+            shares[name] = used / (inside[-1]["at"] - inside[0]["at"])
+        else:
+            shares[name] = None
+    return shares
+
+
+def cores_note(label: str, cores: dict[str, float | None], when: str) -> str:
+    """Where the machine's cores went: a system short of them falls behind its plan."""
+    shared = {"broker": "Kafka broker", "postgres": "PostgreSQL", "bench": "bench process"}
+    own = [name for name in cores if name not in shared]
+    parts = [f"{shared.get(name, name)} {cores[name]:.2f}" for name in [*own, *shared]
+             if cores.get(name) is not None]  # fmt: skip
+    total = sum(value for value in cores.values() if value is not None)
+    return (
+        f"{label}: cores used {when}, of the machine's {os.cpu_count()}: {', '.join(parts)} "
+        f"(total {total:.2f}; the bench process runs the scanner fleet and reads the commands)."
+    )
 
 
 async def kafka_dispatch_run(

@@ -9,7 +9,6 @@ command: `issued_at - due_at`, both stamped by the system itself.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -28,6 +27,8 @@ from bench.scenarios.runs import (
     DispatchRun,
     ExternalRun,
     apscheduler_run,
+    cores_between,
+    cores_note,
     kafka_dispatch_run,
     sql_poller_run,
 )
@@ -45,33 +46,40 @@ def evenly(rate: float):
     return plan
 
 
+def pace(run: DispatchRun | ExternalRun) -> dict[str, float] | None:
+    """How lateness moved through the window. A system short of capacity keeps up for a
+    moment, then falls behind at a steady rate: the last tenth of the hosts to fall due are
+    much later than the first, and it issues fewer per second than the plan makes due."""
+    issued_at: dict[str, float] = {}
+    for host, due, issued in zip(run.log.host_ids, run.log.due_at, run.log.issued_at,
+                                 strict=False):  # fmt: skip
+        planned = run.due_for.get(host)
+        if planned is not None and abs(due - planned) <= 0.5 and host not in issued_at:
+            issued_at[host] = issued
+    measured = sorted((due, issued_at[host]) for host, due in run.due_for.items()
+                      if due >= run.measured_from and host in issued_at)  # fmt: skip
+    if len(measured) < 20:
+        return None
+    tenth = len(measured) // 10
+    first_due = measured[0][0]
+    last_issued = max(issued for _, issued in measured)
+    return {
+        "issued_per_second": len(measured) / max(last_issued - first_due, 1e-3),
+        "first_tenth_mean_lateness_s": sum(i - d for d, i in measured[:tenth]) / tenth,
+        "last_tenth_mean_lateness_s": sum(i - d for d, i in measured[-tenth:]) / tenth,
+    }
+
+
 def summarize(run: DispatchRun | ExternalRun) -> dict[str, Any]:
     stats = lateness(
         run.log, hosts_due=run.due_for, measured_from=run.measured_from, ended_at=run.ended_at
     )
+    stats["pace"] = pace(run)
     stats["window_seconds"] = max(run.due_for.values()) - min(run.due_for.values())
     stats["planned_due_per_second"] = (
         len(run.due_for) / stats["window_seconds"] if stats["window_seconds"] else None
     )
     return stats
-
-
-def cores_during_window(run: DispatchRun) -> dict[str, float | None]:
-    """Cores each process used during the due window (1.0 = one full core): the system's own,
-    and the broker, PostgreSQL and the bench process, which every system shares."""
-    end = max(run.due_for.values())
-    shares: dict[str, float | None] = {}
-    keys = {key[:-4] for sample in run.samples for key in sample if key.endswith("_cpu")}
-    for name in sorted(keys):
-        key = f"{name}_cpu"
-        inside = [s for s in run.samples
-                  if run.started_at <= s["at"] <= end and s.get(key) is not None]  # fmt: skip
-        if len(inside) >= 2 and inside[-1]["at"] > inside[0]["at"]:
-            used = inside[-1][f"{name}_cpu"] - inside[0][f"{name}_cpu"]
-            shares[name] = used / (inside[-1]["at"] - inside[0]["at"])
-        else:
-            shares[name] = None
-    return shares
 
 
 async def run(ctx: Context, systems: set[str] | None = None) -> Any:
@@ -138,7 +146,9 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
         if isinstance(r, DispatchRun):
             result.details[label]["prime_seconds"] = r.prime_seconds
             result.details[label]["lag_when_due_times_began"] = r.lag_at_start
-            result.details[label]["cpu_cores_during_window"] = cores_during_window(r)
+            result.details[label]["cpu_cores_during_window"] = cores_between(
+                r, r.started_at, max(r.due_for.values())
+            )
             result.details[label]["peak_rss_bytes"] = {
                 key: max((s[key] for s in r.samples if s.get(key)), default=None)
                 for key in {k for s in r.samples for k in s if k.endswith("_rss")}
@@ -210,27 +220,21 @@ def _notes(ctx, n, aps_n, stats, runs) -> list[str]:  # noqa: ANN001 - local hel
                 f"{label}: {s['excluded_due_before_system_settled']:,} hosts were due before "
                 "the system had finished applying the priming results and are not measured."
             )
+    for label, s in stats.items():
+        if s.get("pace") and s.get("planned_due_per_second"):
+            notes.append(
+                f"{label}: issued {s['pace']['issued_per_second']:,.0f}/s over the window against "
+                f"{s['planned_due_per_second']:,.0f} due/s planned; the first tenth of the hosts "
+                f"to fall due were {s['pace']['first_tenth_mean_lateness_s']:.2f} s late on "
+                f"average, the last tenth {s['pace']['last_tenth_mean_lateness_s']:.2f} s."
+            )
     for label, r in runs.items():
         if isinstance(r, DispatchRun):
-            notes.append(_cores_note(label, cores_during_window(r)))
+            cores = cores_between(r, r.started_at, max(r.due_for.values()))
+            notes.append(cores_note(label, cores, "while hosts fell due"))
         if isinstance(r, DispatchRun) and r.settled_at is None:
             notes.append(
                 f"{label}: still {r.lag_at_start:,} input records behind when the first "
                 "host became due (setup overlapped the window)."
             )
     return notes
-
-
-def _cores_note(label: str, cores: dict[str, float | None]) -> str:
-    """Where the machine's cores went while hosts fell due: a system that cannot keep up with
-    the plan shows as lateness that grows through the window."""
-    shared = {"broker": "Kafka broker", "postgres": "PostgreSQL", "bench": "bench process"}
-    own = [name for name in cores if name not in shared]
-    parts = [f"{shared.get(name, name)} {cores[name]:.2f}" for name in [*own, *shared]
-             if cores.get(name) is not None]  # fmt: skip
-    total = sum(value for value in cores.values() if value is not None)
-    return (
-        f"{label}: cores used while hosts fell due, of the machine's {os.cpu_count()}: "
-        f"{', '.join(parts)} (total {total:.2f}; the bench process runs the scanner fleet "
-        "and reads the commands)."
-    )
