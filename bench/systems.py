@@ -20,6 +20,7 @@ from bench.load import update_config
 from bench.stack import BenchStack, ChildProcess, wait_ready
 from kairos.cli import PROJECTOR_STARTED_LINE
 from kairos.floor.settings import Settings
+from streams.topology import HOSTS
 
 HOST_KEYED_TABLES = ("hosts", "schedules", "schedule-fanouts", "schedule-commands")
 """The worker's Faust tables partitioned like the host topics (the dispatcher's has one)."""
@@ -80,7 +81,7 @@ class KairosSystem:
     def projected_topics(self) -> list[str]:
         """The projector's inputs that carry per-host rows (it follows a few more)."""
         names = self.settings.topics
-        return [names.host_state, names.scan_commands, names.scan_completed]
+        return [HOSTS.changelog(self.settings), names.scan_commands, names.scan_completed]
 
     @property
     def projector_group(self) -> str:
@@ -128,8 +129,9 @@ class KairosSystem:
         await asyncio.sleep(2.0)  # every worker polls the control topic twice a second
 
     async def processed_results(self, offsets: Offsets) -> int:
-        """Host-state changes so far: every accepted result produces exactly one."""
-        return await offsets.total(self.settings.topics.host_state)
+        """Host changes so far (records of the hosts changelog): every accepted result
+        produces exactly one."""
+        return await offsets.total(HOSTS.changelog(self.settings))
 
     def stop(self) -> None:
         for process in self.processes:

@@ -68,7 +68,9 @@ class HostSchedule(Contract):
 
 
 class HostStateChanged(Contract):
-    """On the host-state topic (compacted, key host_id). `schedule` None = host deleted."""
+    """A host's change as the read model applies it, read from the worker's hosts changelog
+    (`streams.codec.host_changelog_change`). `schedule` None = host deleted; a deletion read
+    from the changelog has version 0 (a tombstone carries none)."""
 
     host_id: str
     version: int

@@ -17,13 +17,13 @@ DEAD_LETTERS = "dead-letters"
 ALERTS = "alerts"
 
 # Kairos' own topics. Their messages: schemas.internal (host and schedule signals, dispatch
-# queue, control), schemas.state (host state), schemas.schedules (schedules and schedule runs).
+# queue, control), schemas.schedules (schedules and schedule runs). Each host's state is read
+# from the worker's hosts table's changelog (`streams.topology.HOSTS`): key the host id as
+# JSON, value the `schemas.state.HostSchedule` as the table keeps it (its fields at their
+# defaults left out: read it with the model, which gives them back), a tombstone once the
+# host is deleted.
 HOST_SIGNALS = "kairos-host-signals"
 DISPATCH_QUEUE = "kairos-dispatch-queue"
-HOST_STATE = "kairos-host-state"
-"""Each host's latest state, compacted, key = host id (`schemas.state.HostStateChanged`). Its
-schedule is written as the worker's table keeps it, with the fields at their defaults left
-out: read it with the model, which gives them back."""
 SCHEDULER_CONTROL = "kairos-scheduler-control"
 SCHEDULES = "kairos-schedules"
 """Generic schedules' state, compacted, key = schedule id (read whole by every worker); the
@@ -79,10 +79,6 @@ class TopicNames:
         return self._named(DISPATCH_QUEUE)
 
     @property
-    def host_state(self) -> str:
-        return self._named(HOST_STATE)
-
-    @property
     def scheduler_control(self) -> str:
         return self._named(SCHEDULER_CONTROL)
 
@@ -107,7 +103,6 @@ class TopicNames:
             self.scan_completed,
             self.host_signals,
             self.scan_commands,
-            self.host_state,
             self.schedules,
             self.schedule_runs,
         ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -37,6 +37,9 @@ class _OpenBatches:
 _OPEN_BATCHES: ContextVar[_OpenBatches | None] = ContextVar("open_batches", default=None)
 """While `DirectSends.batching` runs in this task: its record batches."""
 
+
+Headers = Sequence[tuple[str, bytes]]
+"""A record's headers, as aiokafka takes them."""
 
 READ_AT_LEAST = 50_000
 """Futures kept unread before `send` reads the answers in (a commit reads them far sooner)."""
@@ -85,11 +88,18 @@ class DirectSends:
         self._read_at = max(READ_AT_LEAST, 2 * len(waiting))
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        headers: Headers = (),
     ) -> asyncio.Future[Any]:
         """Queue one record; returns once it is queued, with the future of its ack."""
         producer = self._producer()
-        acked: asyncio.Future[Any] = await producer.send(topic, value, key=key, partition=partition)
+        acked: asyncio.Future[Any] = await producer.send(
+            topic, value, key=key, partition=partition, headers=list(headers) or None
+        )
         unread = self._unread
         unread.append((topic, acked))
         if len(unread) >= self._read_at:
@@ -117,20 +127,24 @@ class DirectSends:
             for (topic, partition), batch in opened.batches.items():
                 await self._send_batch(topic, partition, batch, opened.acks)
 
-    async def queue(self, topic: str, key: bytes, value: bytes | None, partition: int) -> None:
+    async def queue(
+        self, topic: str, key: bytes, value: bytes | None, partition: int, headers: Headers = ()
+    ) -> None:
         """`send`, batched inside `batching`; the record is queued at once outside it."""
         opened = _OPEN_BATCHES.get()
         if opened is None:
-            await self.send(topic, key, value, partition)
+            await self.send(topic, key, value, partition, headers)
             return
         batches = opened.batches
         batch = batches.get((topic, partition))
         if batch is None:
             batch = batches[topic, partition] = self._producer().create_batch()
-        if batch.append(key=key, value=value, timestamp=None) is None:  # Full: send it.
+        listed = list(headers)  # The batch builder takes a list only.
+        if batch.append(key=key, value=value, timestamp=None, headers=listed) is None:  # Full.
             await self._send_batch(topic, partition, batch, opened.acks)
             batch = batches[topic, partition] = self._producer().create_batch()
-            batch.append(key=key, value=value, timestamp=None)  # Always takes a first record.
+            # A new batch always takes its first record.
+            batch.append(key=key, value=value, timestamp=None, headers=listed)
 
     async def _send_batch(
         self, topic: str, partition: int, batch: Any, acks: list[asyncio.Future[Any]]
@@ -148,15 +162,18 @@ class DirectSends:
             raise NotReady("the producer has not started")
         return producer
 
-    async def put_queued(self, table: Any, key: str, value: bytes | None, partition: int) -> None:
+    async def put_queued(
+        self, table: Any, key: str, value: bytes | None, partition: int, headers: Headers = ()
+    ) -> None:
         """`table[key] = value` (None deletes the key) with its changelog record `queue`d.
 
         `partition` is the table partition the key lives in: the input partition it came from.
         The table changes at once and its record follows with the batch: a batch refused stops
         the worker before its inputs are committed, and the table is rebuilt from the changelog.
+        `headers` ride on the changelog record for its other readers (Faust ignores them).
         """
         changelog = table.changelog_topic.get_topic_name()
-        await self.queue(changelog, changelog_key(table, key), value, partition)
+        await self.queue(changelog, changelog_key(table, key), value, partition, headers)
         _set_in_memory(table, key, value)
 
     async def put_here(self, table: Any, key: str, value: bytes | None) -> None:

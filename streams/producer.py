@@ -2,7 +2,7 @@
 
 faust-streaming turns on `enable_idempotence` only inside exactly-once transactions, so a broker
 retry of a produce request (a lost acknowledgement, a leader change) can write a record twice:
-a changelog record, a host-state change, a command. With idempotence the broker drops the
+a changelog record, a schedule's state, a command. With idempotence the broker drops the
 retried batch by its producer id and sequence number. Records still carry deterministic ids
 (`command_id`, `event_id`), so the duplicates a replay after a crash produces stay harmless.
 """

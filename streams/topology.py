@@ -57,7 +57,7 @@ TABLES = (HOSTS, DISPATCHER, SCHEDULES, SCHEDULE_FANOUTS, SCHEDULE_COMMANDS)
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     """Every topic Kairos needs, with its partition count and cleanup policy."""
     names = settings.topics
-    compacted = {names.host_state, names.schedules}  # Latest state per key is all that counts.
+    compacted = {names.schedules}  # Latest state per key is all that counts.
     host_keyed = [
         TopicSpec(name, settings.partitions, compacted=name in compacted)
         for name in names.host_keyed()

@@ -4,9 +4,10 @@ Only the projector runs (`streams.projection.runner.Projector`, in its own proce
 as `python -m bench.scenarios.projection projector` with the worker's environment), against
 the Kairos topics (`streams.admin.ensure_topics`) and a migrated database
 (`kairos.floor.db.migrate`).
-The bench publishes `HostStateChanged` records itself — full `HostSchedule` payloads with
-attributes, labels, mixed states and in-flight commands, N distinct hosts, versions 1, 2, 3 …
-per host, published in rounds (every host once per round) with a batched aiokafka producer.
+The bench writes the records of the worker's hosts changelog itself (what the projector reads:
+key the host id as JSON, value the host's `HostSchedule`) — full payloads with attributes,
+labels, mixed states and in-flight commands, N distinct hosts, versions 1, 2, 3 … per host,
+published in rounds (every host once per round) with a batched aiokafka producer.
 
 (a) **Drain rate.** The backlog (N hosts × R rounds) is published *before* the projector
     starts, so the figure is the projector's, not the producer's. Every 0.25 s the bench reads
@@ -43,7 +44,9 @@ from bench.scenarios.common import Context, new_result
 from bench.scenarios.throughput import crossing
 from bench.stack import BenchStack, ChildProcess, wait_ready, worker_env
 from kairos.floor.settings import Settings
-from schemas.state import HostSchedule, HostStateChanged
+from schemas.state import HostSchedule
+from streams import codec
+from streams.topology import HOSTS
 
 KEY, NUMBER, TITLE = "projection", 5, "Projection"
 RATE_TARGET = 20_000.0
@@ -89,7 +92,8 @@ def _templates(now: datetime) -> list[dict[str, Any]]:
 
 
 class Payloads:
-    """HostStateChanged JSON for (host index, version), stamped with the wall time of encoding."""
+    """A hosts changelog record for (host index, version): the host's schedule as JSON,
+    `updated_at` the wall time of encoding (the projector's change time)."""
 
     def __init__(self, hosts: list[str]) -> None:
         self.hosts = hosts
@@ -107,11 +111,11 @@ class Payloads:
         schedule.update(host_id=host, version=version, attributes=attributes, updated_at=now)
         if schedule["in_flight"] is not None:
             schedule["in_flight"] = dict(schedule["in_flight"], command_id=f"{host}:{version}")
-        value = {"host_id": host, "version": version, "schedule": schedule, "changed_at": now}
-        return host.encode(), json.dumps(value, separators=(",", ":")).encode()
+        return json.dumps(host).encode(), json.dumps(schedule, separators=(",", ":")).encode()
 
     def check(self) -> None:
-        HostStateChanged.model_validate_json(self.record(0, 1)[1])
+        key, value = self.record(0, 1)
+        codec.host_changelog_change(key, value, (), 0)
 
     def rounds(self, first: int, last: int) -> Iterator[tuple[bytes, bytes]]:
         for version in range(first, last + 1):
@@ -169,7 +173,7 @@ async def drain(ctx: Context, settings: Settings, payloads: Payloads, rounds: in
     try:
         with ctx.ui.phase(f"publishing {total:,} host-state records ({n:,} hosts × {rounds})",
                           total=total) as phase:  # fmt: skip
-            await send_all(producer, settings.topics.host_state, payloads.rounds(1, rounds),
+            await send_all(producer, HOSTS.changelog(settings), payloads.rounds(1, rounds),
                            on_sent=lambda k: phase.update(k))  # fmt: skip
     finally:
         await producer.stop()
@@ -237,7 +241,7 @@ async def steady(ctx: Context, settings: Settings, payloads: Payloads, first_ver
         nonlocal sent
         futures: list[asyncio.Future[Any]] = []
         begin = time.time()
-        topic = settings.topics.host_state
+        topic = HOSTS.changelog(settings)
         try:
             while (elapsed := time.time() - begin) < seconds:
                 target = int(elapsed * STEADY_RATE)
@@ -344,7 +348,7 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
         drained, child, sampler = await drain(ctx, settings, payloads, rounds, timeout)
         async with Offsets(settings) as offsets:
             group = f"{settings.topic_prefix}{settings.app_id}-projector"
-            await offsets.wait_caught_up(group, [settings.topics.host_state], timeout=60,
+            await offsets.wait_caught_up(group, [HOSTS.changelog(settings)], timeout=60,
                                          stable_for=1.0)  # fmt: skip
         steady_started = time.time()
         held = await steady(ctx, settings, payloads, rounds + 1, seconds)

@@ -27,6 +27,7 @@ from streams import codec
 from streams.codec import Undecodable
 from streams.projection import alerts
 from streams.projection.writer import Change, apply
+from streams.topology import HOSTS
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,10 @@ class Projector:
         self.settings = settings
         self.clock = clock
         names = settings.topics
-        self._decoders: dict[str, Callable[[bytes | None], Change | None]] = {
-            names.host_state: _decoder(codec.host_state_changed),
+        self._decoders: dict[str, Callable[[Any], Change | None]] = {
+            # Each host's schedule as its worker's table keeps it: the changelog is the one
+            # record of a host's change (streams.codec.host_changelog_change).
+            HOSTS.changelog(settings): _host_changelog,
             names.scan_completed: _decoder(codec.scan_completed),
             names.scan_commands: _decoder(codec.scan_command),
             names.dead_letters: _decoder(codec.dead_letter_message),
@@ -155,7 +158,7 @@ class Projector:
         for partition, records in batches.items():
             decode = self._decoders[partition.topic]
             for record in records:
-                change = decode(record.value)
+                change = decode(record)
                 if change is None:
                     self.skipped += 1
                 else:
@@ -309,25 +312,37 @@ class Projector:
             log.info("projector offset commit skipped: %s", error)
 
 
-def _decoder(adapter: Any) -> Callable[[bytes | None], Change | None]:
-    def decode(raw: bytes | None) -> Change | None:
+def _decoder(adapter: Any) -> Callable[[Any], Change | None]:
+    """Decode a record's value with `adapter`; None for one that does not decode."""
+
+    def decode(record: Any) -> Change | None:
         try:
-            return codec.decode(adapter, raw)  # type: ignore[no-any-return]
+            return codec.decode(adapter, record.value)  # type: ignore[no-any-return]
         except Undecodable:
             return None
 
     return decode
 
 
-def _only(kind: type[Contract], adapter: Any) -> Callable[[bytes | None], Change | None]:
+def _host_changelog(record: Any) -> Change | None:
+    try:
+        return codec.host_changelog_change(
+            record.key, record.value, record.headers, record.timestamp
+        )
+    except Undecodable:
+        return None
+
+
+def _only(kind: type[Contract], adapter: Any) -> Callable[[Any], Change | None]:
     """Decode only records of `kind`; the others are passed over without parsing them."""
     decode = _decoder(adapter)
     tag = f'"{kind.model_fields["kind"].default}"'.encode()
 
-    def decode_kind(raw: bytes | None) -> Change | None:
+    def decode_kind(record: Any) -> Change | None:
+        raw = record.value
         if raw is None or tag not in raw:
             return None
-        change = decode(raw)
+        change = decode(record)
         return change if isinstance(change, kind) else None
 
     return decode_kind

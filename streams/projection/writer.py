@@ -120,7 +120,12 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
         host_changes = _last_incarnation([c for c in changes if isinstance(c, HostStateChanged)])
         hosts = _latest_per_host(host_changes)
         applied = await _apply_hosts(conn, hosts)
-        current = [change for change in host_changes if change.host_id not in applied.replayed]
+        current = [
+            _with_deletion_version(change, applied.deletions)
+            for change in host_changes
+            if change.host_id not in applied.replayed
+            and not (_is_tombstone(change) and change.host_id not in applied.deletions)
+        ]
         summary.alerts.add(
             await alerts.apply_host_alerts(conn, current, applied.held, applied.created_again)
         )
@@ -169,6 +174,18 @@ def _latest_per_host(changes: Iterable[HostStateChanged]) -> list[HostStateChang
     return sorted(latest.values(), key=lambda change: change.host_id)
 
 
+def _is_tombstone(change: HostStateChanged) -> bool:
+    """A deletion read from the hosts changelog, which carries no version (version 0)."""
+    return change.schedule is None and change.version == 0
+
+
+def _with_deletion_version(change: HostStateChanged, deletions: dict[str, int]) -> HostStateChanged:
+    """A tombstone with the version its deletion took in the read model, for the alerts."""
+    if not _is_tombstone(change):
+        return change
+    return change.model_copy(update={"version": deletions[change.host_id]})
+
+
 class HostsApplied(NamedTuple):
     held: dict[str, tuple[int, float | None]]
     """What the read model held of each host's current incarnation: version, score."""
@@ -177,6 +194,8 @@ class HostsApplied(NamedTuple):
     host was created again): the row is left as it is."""
     created_again: set[str]
     """Hosts whose row was of an earlier incarnation: the new one replaced it."""
+    deletions: dict[str, int]
+    """Hosts deleted by a tombstone, and the version the deletion took (the row's next)."""
 
 
 async def _apply_hosts(
@@ -184,7 +203,7 @@ async def _apply_hosts(
 ) -> HostsApplied:
     """Apply the newest change of each host's incarnation."""
     if not changes:
-        return HostsApplied({}, set(), set())
+        return HostsApplied({}, set(), set(), {})
     ids = [change.host_id for change in changes]
     # Lock in host_id order (the list is sorted) so concurrent projectors cannot deadlock.
     cursor = await conn.execute(
@@ -196,6 +215,7 @@ async def _apply_hosts(
     before = {row[0]: row for row in await cursor.fetchall()}
     created_again: set[str] = set()
     replayed: set[str] = set()
+    deletions: dict[str, int] = {}
     state_delta: Counter[str] = Counter()
     flag_delta: Counter[str] = Counter()
     upserts: list[tuple[Any, ...]] = []
@@ -203,12 +223,18 @@ async def _apply_hosts(
     for change in changes:
         old = before.get(change.host_id)
         created_at = change.schedule.created_at if change.schedule is not None else None
-        if old is not None and created_at is not None and created_at != old[9]:
+        version = change.version
+        if _is_tombstone(change):
+            # It ends the incarnation the row holds, unless the row is gone already (a replay).
+            if old is None or old[2]:
+                continue
+            version = deletions[change.host_id] = old[1] + 1
+        elif old is not None and created_at is not None and created_at != old[9]:
             if created_at < old[9]:
                 replayed.add(change.host_id)  # An earlier incarnation's change: the row is newer.
                 continue
             created_again.add(change.host_id)  # Any version of the new incarnation is newer.
-        elif old is not None and old[1] >= change.version:
+        elif old is not None and old[1] >= version:
             continue  # A replay or a reordered older change: the row is newer already.
         if old is not None and not old[2]:
             state_delta[old[3]] -= 1
@@ -217,7 +243,7 @@ async def _apply_hosts(
         schedule = change.schedule
         if schedule is None:
             if old is not None:
-                deletes.append((change.version, change.changed_at, change.host_id, change.version))
+                deletes.append((version, change.changed_at, change.host_id, version))
             continue
         state_delta[schedule.state.value] += 1
         for flag, is_set in zip(FLAGS, _flags(schedule), strict=True):
@@ -243,7 +269,7 @@ async def _apply_hosts(
         for host_id, row in before.items()
         if host_id not in created_again
     }
-    return HostsApplied(held, replayed, created_again)
+    return HostsApplied(held, replayed, created_again, deletions)
 
 
 def _flags(schedule: HostSchedule) -> tuple[bool, bool, bool, bool]:

@@ -125,8 +125,8 @@ class HostStage:
         """
         await self._control.ready.wait()
         handled = 0
-        # The hosts changelog and kairos-host-state, the schedule stage's changelogs and its
-        # topics are written by this pass alone: their records go out as one batch per
+        # The hosts changelog, the schedule stage's changelogs and its topics are written by
+        # this pass alone: their records go out as one batch per
         # partition (`DirectSends.batching`).
         async with self._direct.batching(), self.gathering():
             for message in records:
@@ -240,23 +240,17 @@ class HostStage:
                     f"host {host_id!r} state would be {len(encoded)} bytes,"
                     f" over the {DERIVED_RECORD_MAX_BYTES}-byte limit for derived records"
                 )
+            # The changelog record is also what the projector reads (`streams.projection`):
+            # a deletion's tombstone says when in a header, as it has no value to say it in.
             direct = self._direct
             if after is None:
-                await direct.put_queued(self.hosts, host_id, None, partition)
+                deleted_at = ((codec.DELETED_AT_HEADER, codec.instant(self.clock.now())),)
+                await direct.put_queued(self.hosts, host_id, None, partition, deleted_at)
                 self.hosts_by_partition.discard(host_id)
             else:
                 await direct.put_queued(self.hosts, host_id, encoded, partition)
                 if before is None:  # a host read from the table is in the index already
                     self.hosts_by_partition.add(host_id)
-            if after is None or before is None or after.version != before.version:
-                version = after.version if after else (before.version + 1 if before else 0)
-                await self._publish_state(host_id, partition, version, encoded or None)
-        elif decision.ignored == "duplicate_event" and after is not None:
-            # A replayed input (handled before a crash, its offset not committed): its state
-            # write may have reached the changelog while its host-state record did not, and
-            # the replay changes nothing. The current state again costs the projector a
-            # version check; without it the read model could lag until the host's next change.
-            await self._publish_state(host_id, partition, after.version, stored_schedule(after))
         for message in (*decision.dispatch, *decision.releases):
             await self.dispatch(message)
         if decision.held_busy:
@@ -267,15 +261,6 @@ class HostStage:
             self.due_index.set(host_id, self.clock.now() + BUSY_RECHECK)
         else:
             self.due_index.set(host_id, wake_at(after, self._control.config) if after else None)
-
-    async def _publish_state(
-        self, host_id: str, partition: int, version: int, stored: bytes | None
-    ) -> None:
-        """`stored`: the schedule as `stored_schedule` encoded it; None, the host is gone."""
-        change = codec.host_state_changed_record(host_id, version, stored, self.clock.now())
-        # The host's own partition, as the default partitioner would pick it (topics with the
-        # same count, checked at start), without its murmur2 in Python.
-        await self._direct.queue(self.names.host_state, host_id.encode(), change, partition)
 
     async def dispatch(self, message: DispatchRequested | SlotReleased) -> None:
         """Hand a request or a release to the dispatcher; the schedule stage's way there too."""

@@ -1,9 +1,9 @@
 """A record the broker refuses stops the worker before the input that produced it is committed.
 
 The worker's hot paths hand records straight to the producer and read the broker's answers
-only before a commit. Here the broker refuses every host-state record (the topic's
-`max.message.bytes` is set below the record's size), as it would refuse one after the
-producer's retries were spent. The worker must stop with one clear line instead of committing
+only before a commit. Here the broker refuses every record of the hosts table's changelog
+(the topic's `max.message.bytes` is set below the record's size), as it would refuse one after
+the producer's retries were spent. The worker must stop with one clear line instead of committing
 the object-created record past it: committed, that input would never be handled again.
 """
 
@@ -17,7 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from kairos.floor.settings import Settings
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
-from tests.support.kafka import publish, start_producer, wait_until
+from tests.support.kafka import hosts_changelog, publish, start_producer, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +63,7 @@ async def test_a_refused_record_stops_the_worker_before_its_input_is_committed(
             await publish(producer, names.object_created, "accepted", host_created("accepted"))
             await wait_until(lambda: fleet.commands, timeout=30, what="the first host's scan")
 
-        await set_max_message_bytes(settings, names.host_state, "64")
+        await set_max_message_bytes(settings, hosts_changelog(settings), "64")
         sent = await producer.send_and_wait(
             names.object_created,
             host_created("refused").model_dump_json().encode(),
@@ -72,12 +72,12 @@ async def test_a_refused_record_stops_the_worker_before_its_input_is_committed(
         await wait_until(
             lambda: worker.process.poll() is not None,
             timeout=60,
-            what="the worker to stop once its host-state record was refused",
+            what="the worker to stop once its changelog record was refused",
         )
         assert worker.process.returncode != 0, "a supervisor must see the worker failed"
         log = worker.log()
         assert REFUSED_LINE in log, log[-4000:]
-        assert names.host_state in log, "the line names the topic that refused the record"
+        assert hosts_changelog(settings) in log, "the line names the topic that refused it"
 
         partition = TopicPartition(sent.topic, sent.partition)
         committed = await committed_offset(settings, partition)
@@ -85,5 +85,5 @@ async def test_a_refused_record_stops_the_worker_before_its_input_is_committed(
             f"committed {committed} past the refused host's input at {sent.offset}"
         )
     finally:
-        await set_max_message_bytes(settings, names.host_state, "1048588")
+        await set_max_message_bytes(settings, hosts_changelog(settings), "1048588")
         await producer.stop()

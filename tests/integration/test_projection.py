@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kairos.floor.settings import Settings
 from schemas.state import HostStateChanged
+from streams import codec
 from tests.support.agents import ScannerFleet
 from tests.support.factories import (
     host_created,
@@ -22,7 +23,7 @@ from tests.support.factories import (
     scan_requested,
     scheduler_toggled,
 )
-from tests.support.kafka import publish, start_producer, wait_until
+from tests.support.kafka import hosts_changelog, publish, start_producer, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -35,14 +36,14 @@ COMPARED = (
 
 
 async def worker_table_state(settings: Settings) -> dict[str, HostStateChanged]:
-    """The newest state of every host, read from the worker's own state-change stream."""
+    """The newest state of every host not deleted, read from the worker's hosts changelog."""
     consumer = AIOKafkaConsumer(
         **settings.kafka_client_options(), group_id=None, enable_auto_commit=False
     )
     await consumer.start()
     latest: dict[str, HostStateChanged] = {}
     try:
-        topic = settings.topics.host_state
+        topic = hosts_changelog(settings)
         partitions = [TopicPartition(topic, p) for p in range(settings.partitions)]
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
@@ -52,7 +53,12 @@ async def worker_table_state(settings: Settings) -> dict[str, HostStateChanged]:
             batches = await consumer.getmany(timeout_ms=500)
             for records in batches.values():
                 for record in records:
-                    change = HostStateChanged.model_validate_json(record.value)
+                    change = codec.host_changelog_change(
+                        record.key, record.value, record.headers, record.timestamp
+                    )
+                    if change.schedule is None:  # Deleted (a tombstone).
+                        latest.pop(change.host_id, None)
+                        continue
                     current = latest.get(change.host_id)
                     if current is None or change.version > current.version:
                         latest[change.host_id] = change

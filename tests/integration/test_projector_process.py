@@ -10,7 +10,7 @@ import pytest
 
 from kairos.floor.settings import Settings
 from tests.support.factories import host_created
-from tests.support.kafka import Collector, start_producer, wait_until
+from tests.support.kafka import Collector, hosts_changelog, start_producer, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ async def test_projector_process_projects_what_a_worker_without_projector_leaves
     names = settings.topics
     producer = await start_producer(settings)
     try:
-        async with Collector(settings, names.host_state) as host_state:
+        async with Collector(settings, hosts_changelog(settings)) as host_state:
             for host in HOSTS:
                 await producer.send(
                     names.object_created,
@@ -42,8 +42,7 @@ async def test_projector_process_projects_what_a_worker_without_projector_leaves
             await producer.flush()
             await host_state.wait_for(
                 lambda: (
-                    {change["host_id"] for change in host_state.values(names.host_state)}
-                    >= set(HOSTS)
+                    {state["host_id"] for state in host_state.host_states(settings)} >= set(HOSTS)
                 ),
                 timeout=60,
                 what="the worker's state change for every host",

@@ -14,7 +14,13 @@ from pydantic import BaseModel
 from kairos.floor.settings import Settings
 from schemas.topics import CONFIG_KEY
 from streams.consumer import FETCH_MAX_WAIT_MS
+from streams.topology import HOSTS
 from tests.support.factories import config_updated
+
+
+def hosts_changelog(settings: Settings) -> str:
+    """The worker's hosts table's changelog: every host's state, what the projector reads."""
+    return HOSTS.changelog(settings)
 
 
 async def start_producer(settings: Settings, **options: Any) -> AIOKafkaProducer:
@@ -70,6 +76,18 @@ class Collector:
 
     def values(self, topic: str) -> list[dict[str, Any]]:
         return [json.loads(r.value) for r in self.records if r.topic == topic]
+
+    def host_states(self, settings: Settings, host_id: str | None = None) -> list[dict[str, Any]]:
+        """The host states the worker wrote to its hosts changelog, in order, as they are
+        stored (fields at their defaults left out); tombstones (deletions) left out. Collect
+        `hosts_changelog(settings)` for it."""
+        topic = hosts_changelog(settings)
+        key = None if host_id is None else json.dumps(host_id).encode()
+        return [
+            json.loads(r.value)
+            for r in self.records
+            if r.topic == topic and r.value is not None and (key is None or r.key == key)
+        ]
 
     async def wait_for(
         self,

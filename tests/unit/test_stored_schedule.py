@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from schemas.schedules import ScheduleStateChanged
 from schemas.state import STATE_FORMAT, HostSchedule, HostStateChanged
 from streams import codec
+from streams.codec import Undecodable
+from streams.direct import changelog_key
 from streams.policy.host import decide
 from streams.stages.hosts import stored_schedule
 from tests.unit.factories import (
@@ -94,32 +98,64 @@ def test_a_default_left_out_is_given_back_when_read() -> None:
     assert HostSchedule.model_validate_json(json.dumps(values)).attributes.is_active
 
 
-def test_a_host_state_record_around_the_stored_schedule_reads_as_the_full_record() -> None:
+class _JsonKeyedTable:
+    """What `changelog_key` reads of a Faust table whose keys are str (Kairos' tables)."""
+
+    key_serializer = "json"
+
+
+def test_a_hosts_changelog_record_reads_as_the_hosts_change() -> None:
     for schedule in _states():
         for host_id in (schedule.host_id, 'odd "schedule":null host', "hôte\\n"):
-            record = codec.host_state_changed_record(host_id, 7, stored_schedule(schedule), NOW)
+            key = changelog_key(_JsonKeyedTable(), host_id)
 
-            full = HostStateChanged(host_id=host_id, version=7, schedule=schedule, changed_at=NOW)
-            assert HostStateChanged.model_validate_json(record) == full
-            assert len(record) < len(codec.encode(full))
+            change = codec.host_changelog_change(key, stored_schedule(schedule), (), 0)
+
+            assert change == HostStateChanged(
+                host_id=host_id,
+                version=schedule.version,
+                schedule=schedule,
+                changed_at=schedule.updated_at,
+            )
 
 
-def test_a_deleted_hosts_record_has_no_schedule() -> None:
-    record = codec.host_state_changed_record("gone-1", 3, None, NOW)
+def test_a_hosts_tombstone_reads_as_a_deletion_at_the_time_its_header_gives() -> None:
+    at = datetime(2030, 1, 1, 9, 30, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+    key = changelog_key(_JsonKeyedTable(), "gone-1")
+    headers = (("other", b"x"), (codec.DELETED_AT_HEADER, codec.instant(at)))
 
-    assert HostStateChanged.model_validate_json(record) == HostStateChanged(
-        host_id="gone-1", version=3, schedule=None, changed_at=NOW
-    )
+    change = codec.host_changelog_change(key, None, headers, 0)
+
+    assert change == HostStateChanged(host_id="gone-1", version=0, schedule=None, changed_at=at)
+
+
+def test_a_hosts_tombstone_without_its_header_takes_the_records_timestamp() -> None:
+    key = changelog_key(_JsonKeyedTable(), "gone-1")
+
+    change = codec.host_changelog_change(key, None, (), int(NOW.timestamp() * 1000))
+
+    assert change.changed_at == NOW and change.schedule is None
+
+
+def test_an_unreadable_hosts_changelog_record_is_undecodable() -> None:
+    stored = stored_schedule(_states()[0])
+    for key, value, headers in (
+        (b"not json", stored, ()),
+        (b'["a list"]', stored, ()),
+        (None, stored, ()),
+        (b'"h-1"', b"garbage", ()),
+        (b'"h-1"', None, ((codec.DELETED_AT_HEADER, b"yesterday"),)),
+    ):
+        with pytest.raises(Undecodable):
+            codec.host_changelog_change(key, value, headers, 0)
 
 
 def test_a_state_record_is_written_byte_for_byte_as_its_model_would_be() -> None:
     at = datetime(2030, 1, 1, 9, 30, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
     for key in ("gone-1", 'odd "schedule":null', "hôte\\n", "tab\tline\n\x01\x7f", "\u2028😀"):
         for when in (NOW, at):
-            host = HostStateChanged(host_id=key, version=3, schedule=None, changed_at=when)
             schedule = ScheduleStateChanged(schedule_id=key, version=3, state=None, changed_at=when)
 
-            assert codec.host_state_changed_record(key, 3, None, when) == codec.encode(host)
             assert codec.schedule_state_changed_record(key, 3, None, when) == codec.encode(schedule)
 
 
