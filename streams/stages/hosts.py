@@ -126,8 +126,8 @@ class HostStage:
         await self._control.ready.wait()
         handled = 0
         # The hosts changelog, the schedule stage's changelogs and its topics are written by
-        # this pass alone: their records go out as one batch per
-        # partition (`DirectSends.batching`).
+        # this pass alone: their records go out as one batch per partition
+        # (`DirectSends.batching`).
         async with self._direct.batching(), self.gathering():
             for message in records:
                 if not go_on() or self._handing_over:
