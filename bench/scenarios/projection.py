@@ -171,7 +171,7 @@ async def drain(ctx: Context, settings: Settings, payloads: Payloads, rounds: in
     producer = await start_producer(settings)
     published_at = time.time()
     try:
-        with ctx.ui.phase(f"publishing {total:,} host-state records ({n:,} hosts × {rounds})",
+        with ctx.ui.phase(f"publishing {total:,} hosts changelog records ({n:,} hosts × {rounds})",
                           total=total) as phase:  # fmt: skip
             await send_all(producer, HOSTS.changelog(settings), payloads.rounds(1, rounds),
                            on_sent=lambda k: phase.update(k))  # fmt: skip

@@ -3,7 +3,7 @@
 N hosts are onboarded and each gets a command, which the fleet holds. When the system
 is idle, all N answers are released at once (completed_at = now, score 100) and the bench
 counts, every 0.25 s, how many the system has applied: for Kairos the records it wrote to
-kairos-host-state (exactly one per applied result), for heapq the count it reports.
+the hosts table's changelog (exactly one per applied result), for heapq the count it reports.
 The sustained rate is taken between 10 % and 90 % of the N results.
 """
 
@@ -113,7 +113,7 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
             )  # fmt: skip
     result.notes.append(
         f"{n:,} results released at once onto scan-completed; rate between 10 % and 90 % "
-        "applied, from counts sampled every 0.25 s (Kairos: records on kairos-host-state, one "
+        "applied, from counts sampled every 0.25 s (Kairos: records on the hosts changelog, one "
         "per applied result; heapq: its own applied counter)."
     )
     result.notes.append(
