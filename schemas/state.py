@@ -76,3 +76,8 @@ class HostStateChanged(Contract):
     version: int
     schedule: HostSchedule | None
     changed_at: Timestamp
+    deleted_created_at: Timestamp | None = Field(
+        default=None,
+        description="A deletion's: when the incarnation it ends was created (None where the"
+        " record does not say).",
+    )

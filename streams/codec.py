@@ -91,6 +91,9 @@ def schedule_state_changed_record(
 _timestamp = TypeAdapter(Timestamp)
 
 DELETED_AT_HEADER = "kairos-deleted-at"
+CREATED_AT_HEADER = "kairos-created-at"
+"""On a tombstone: when the incarnation it ends was created, so that a deletion replayed after
+the host was created again does not end the new one."""
 """The header of a host's tombstone in the hosts changelog: when the host was deleted, by the
 worker's clock (RFC 3339). A tombstone has no value to say it in."""
 
@@ -109,7 +112,8 @@ def host_changelog_change(
     version and `updated_at` say which change it is and when; a tombstone (the host deleted)
     carries neither: its version is 0, which the projector reads as "the incarnation the read
     model holds", and its time comes from `DELETED_AT_HEADER` (the record's own timestamp if
-    the header is missing). Raises `Undecodable`.
+    the header is missing); `CREATED_AT_HEADER`, where present, says which incarnation it ends.
+    Raises `Undecodable`.
     """
     try:
         host_id = json.loads(key) if key is not None else None
@@ -118,17 +122,23 @@ def host_changelog_change(
     if not isinstance(host_id, str):
         raise Undecodable(f"hosts changelog key {key!r} is not a JSON host id")
     if value is None:
-        deleted_at = next((v for name, v in headers if name == DELETED_AT_HEADER), None)
+        said = dict(headers)
+        deleted_at, created_at = said.get(DELETED_AT_HEADER), said.get(CREATED_AT_HEADER)
         try:
             changed_at = (
                 _timestamp.validate_json(b'"%s"' % deleted_at)
                 if deleted_at is not None
                 else datetime.fromtimestamp(timestamp_ms / 1000, UTC)
             )
+            ended = _timestamp.validate_json(b'"%s"' % created_at) if created_at else None
         except ValidationError as error:
             raise Undecodable(_describe(error)) from None
         return HostStateChanged.model_construct(
-            host_id=host_id, version=0, schedule=None, changed_at=changed_at
+            host_id=host_id,
+            version=0,
+            schedule=None,
+            changed_at=changed_at,
+            deleted_created_at=ended,
         )
     schedule: HostSchedule = decode(host_schedule, value)
     return HostStateChanged.model_construct(

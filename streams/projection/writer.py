@@ -228,6 +228,11 @@ async def _apply_hosts(
             # It ends the incarnation the row holds, unless the row is gone already (a replay).
             if old is None or old[2]:
                 continue
+            ended = change.deleted_created_at
+            if ended is not None and ended != old[9]:
+                # An earlier incarnation's deletion, replayed after the host was created again.
+                replayed.add(change.host_id)
+                continue
             version = deletions[change.host_id] = old[1] + 1
         elif old is not None and created_at is not None and created_at != old[9]:
             if created_at < old[9]:

@@ -241,11 +241,14 @@ class HostStage:
                     f" over the {DERIVED_RECORD_MAX_BYTES}-byte limit for derived records"
                 )
             # The changelog record is also what the projector reads (`streams.projection`):
-            # a deletion's tombstone says when in a header, as it has no value to say it in.
+            # a deletion's tombstone has no value, so headers say when, and which incarnation
+            # it ends.
             direct = self._direct
             if after is None:
-                deleted_at = ((codec.DELETED_AT_HEADER, codec.instant(self.clock.now())),)
-                await direct.put_queued(self.hosts, host_id, None, partition, deleted_at)
+                said = [(codec.DELETED_AT_HEADER, codec.instant(self.clock.now()))]
+                if before is not None:
+                    said.append((codec.CREATED_AT_HEADER, codec.instant(before.created_at)))
+                await direct.put_queued(self.hosts, host_id, None, partition, tuple(said))
                 self.hosts_by_partition.discard(host_id)
             else:
                 await direct.put_queued(self.hosts, host_id, encoded, partition)

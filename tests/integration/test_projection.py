@@ -37,11 +37,25 @@ COMPARED = (
 
 async def worker_table_state(settings: Settings) -> dict[str, HostStateChanged]:
     """The newest state of every host not deleted, read from the worker's hosts changelog."""
+    latest: dict[str, HostStateChanged] = {}
+    for change in await changelog_changes(settings):
+        if change.schedule is None:  # Deleted (a tombstone).
+            latest.pop(change.host_id, None)
+            continue
+        current = latest.get(change.host_id)
+        if current is None or change.version > current.version:
+            latest[change.host_id] = change
+    return latest
+
+
+async def changelog_changes(settings: Settings) -> list[HostStateChanged]:
+    """Every record of the worker's hosts changelog as the projector reads it, each
+    partition's in order."""
     consumer = AIOKafkaConsumer(
         **settings.kafka_client_options(), group_id=None, enable_auto_commit=False
     )
     await consumer.start()
-    latest: dict[str, HostStateChanged] = {}
+    changes: list[HostStateChanged] = []
     try:
         topic = hosts_changelog(settings)
         partitions = [TopicPartition(topic, p) for p in range(settings.partitions)]
@@ -52,22 +66,18 @@ async def worker_table_state(settings: Settings) -> dict[str, HostStateChanged]:
         while remaining:
             batches = await consumer.getmany(timeout_ms=500)
             for records in batches.values():
-                for record in records:
-                    change = codec.host_changelog_change(
+                changes.extend(
+                    codec.host_changelog_change(
                         record.key, record.value, record.headers, record.timestamp
                     )
-                    if change.schedule is None:  # Deleted (a tombstone).
-                        latest.pop(change.host_id, None)
-                        continue
-                    current = latest.get(change.host_id)
-                    if current is None or change.version > current.version:
-                        latest[change.host_id] = change
+                    for record in records
+                )
             for tp in list(remaining):
                 if await consumer.position(tp) >= end[tp]:
                     remaining.discard(tp)
     finally:
         await consumer.stop()
-    return latest
+    return changes
 
 
 def projected_rows(dsn: str) -> dict[str, dict]:
@@ -262,3 +272,10 @@ async def test_a_host_deleted_and_created_again_is_projected_as_new(
     assert deleted_version >= 8
     assert projected is not None and projected[2] < deleted_version
     assert counters(settings.database_url) == {"unknown": 1}
+    # The tombstone says which incarnation it ended: read again after the host was created
+    # again, it leaves the new one alone (test_projection_host_rows).
+    changes = [c for c in await changelog_changes(settings) if c.host_id == "again-1"]
+    ended = next(i for i, change in enumerate(changes) if change.schedule is None)
+    first, second = changes[ended - 1].schedule, changes[ended + 1].schedule
+    assert first is not None and second is not None
+    assert changes[ended].deleted_created_at == first.created_at != second.created_at

@@ -94,6 +94,14 @@ def deleted(host_id: str, version: int, at: datetime) -> HostStateChanged:
     return HostStateChanged(host_id=host_id, version=version, schedule=None, changed_at=at)
 
 
+def tombstone(host_id: str, at: datetime, created_at: datetime | None) -> HostStateChanged:
+    """A deletion as the projector reads it from the hosts changelog: version 0, and the
+    creation time of the incarnation it ends where its record says it."""
+    return HostStateChanged(
+        host_id=host_id, version=0, schedule=None, changed_at=at, deleted_created_at=created_at
+    )
+
+
 async def test_a_host_deleted_and_created_again_reads_as_its_new_incarnation(
     postgres_server: Callable[[str], str],
 ) -> None:
@@ -133,3 +141,43 @@ async def test_a_host_deleted_and_created_again_reads_as_its_new_incarnation(
         ("h-together", "second", 2, False, later),
     ]
     assert counted == 3
+
+
+async def test_a_replayed_tombstone_leaves_the_row_as_the_deletion_left_it_or_as_created_again(
+    postgres_server: Callable[[str], str],
+) -> None:
+    """The projector commits its offsets after its transactions, so a restart reads some
+    changelog records again, each batch cut where it falls. A tombstone read again leaves a row
+    already deleted as it is, and one of an earlier incarnation, read again alone after the
+    host was created again, does not end the new incarnation."""
+    dsn = postgres_server(unique_name("kairos_host_replay_"))
+    await migrate(dsn)
+    later = T0 + timedelta(days=1)
+    gone_at, again_at = T0 + timedelta(hours=1), later + timedelta(minutes=5)
+    async with await connect(dsn) as conn:
+        await apply(incarnation("h-gone", range(1, 4), created_at=T0, hostname="first"), conn)
+        await apply([tombstone("h-gone", gone_at, T0)], conn)
+        await apply([tombstone("h-gone", gone_at, T0)], conn)
+
+        await apply(incarnation("h-again", range(1, 4), created_at=T0, hostname="first"), conn)
+        await apply([tombstone("h-again", gone_at, T0)], conn)
+        second = incarnation("h-again", range(1, 3), created_at=later, hostname="second")
+        await apply(second, conn)
+        await apply([tombstone("h-again", gone_at, T0)], conn)
+        await apply(second[:1], conn)
+        # A tombstone of the new incarnation still ends it.
+        await apply(incarnation("h-ended", range(1, 2), created_at=later, hostname="new"), conn)
+        await apply([tombstone("h-ended", again_at, later)], conn)
+        cursor = await conn.execute(
+            "SELECT host_id, hostname, version, deleted, CASE WHEN deleted THEN updated_at END,"
+            " created_at FROM host_schedule ORDER BY host_id"
+        )
+        rows = await cursor.fetchall()
+        cursor = await conn.execute("SELECT sum(hosts) FROM host_state_counts")
+        counted = (await cursor.fetchone() or [None])[0]
+    assert rows == [
+        ("h-again", "second", 2, False, None, later),
+        ("h-ended", "new", 2, True, again_at, later),
+        ("h-gone", "first", 4, True, gone_at, T0),
+    ]
+    assert counted == 1

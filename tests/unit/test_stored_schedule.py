@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -129,6 +129,20 @@ def test_a_hosts_tombstone_reads_as_a_deletion_at_the_time_its_header_gives() ->
     assert change == HostStateChanged(host_id="gone-1", version=0, schedule=None, changed_at=at)
 
 
+def test_a_hosts_tombstone_says_which_incarnation_it_ends() -> None:
+    created = datetime(2029, 6, 1, 8, 0, tzinfo=UTC)
+    key = changelog_key(_JsonKeyedTable(), "gone-1")
+    headers = (
+        (codec.DELETED_AT_HEADER, codec.instant(NOW)),
+        (codec.CREATED_AT_HEADER, codec.instant(created)),
+    )
+
+    change = codec.host_changelog_change(key, None, headers, 0)
+
+    assert change.deleted_created_at == created and change.changed_at == NOW
+    assert codec.host_changelog_change(key, None, headers[:1], 0).deleted_created_at is None
+
+
 def test_a_hosts_tombstone_without_its_header_takes_the_records_timestamp() -> None:
     key = changelog_key(_JsonKeyedTable(), "gone-1")
 
@@ -145,6 +159,7 @@ def test_an_unreadable_hosts_changelog_record_is_undecodable() -> None:
         (None, stored, ()),
         (b'"h-1"', b"garbage", ()),
         (b'"h-1"', None, ((codec.DELETED_AT_HEADER, b"yesterday"),)),
+        (b'"h-1"', None, ((codec.CREATED_AT_HEADER, b"long ago"),)),
     ):
         with pytest.raises(Undecodable):
             codec.host_changelog_change(key, value, headers, 0)
