@@ -121,6 +121,11 @@ class SlotReleased(Contract):
     kind: Literal["slot.released"] = "slot.released"
     command_id: str
     outcome: ReleaseOutcome
+    host_id: str | None = Field(
+        default=None,
+        description="On a release sent again for a result read again: the host the result is"
+        " for. The dispatcher frees the slot only if the command is that host's.",
+    )
 
 
 class DispatcherWoken(Contract):

@@ -87,6 +87,13 @@ class DispatchQueue:
             return entry[0].reason != CommandReason.FORCE
         return request.command_id in self._released
 
+    def held_for_another_host(self, command_id: str, host_id: str) -> bool:
+        """`command_id` waits or is in flight for a host other than `host_id`: a release sent
+        again for a result under `host_id`'s key must not free it."""
+        entry = self._in_flight.get(command_id)
+        request = entry[0] if entry is not None else self._waiting.get(command_id)
+        return request is not None and request.host_id != host_id
+
     def next_deadline(self) -> datetime | None:
         self._drop_stale_deadlines()
         return self._deadlines[0][0] if self._deadlines else None

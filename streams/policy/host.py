@@ -9,7 +9,7 @@ reason, which the worker counts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -98,7 +98,9 @@ def decide(
     event_id = event.__dict__.get("event_id")
     if schedule is not None and event_id is not None:
         if event_fingerprint(event_id) in schedule.recent_event_ids:
-            return Decision(schedule, ignored="duplicate_event")
+            return Decision(
+                schedule, ignored="duplicate_event", releases=_released_again(schedule, event)
+            )
 
     if isinstance(event, ObjectEvent):
         return _on_object_event(schedule, event, now=now, config=config, scanner_busy=scanner_busy)
@@ -132,7 +134,35 @@ def decide(
             pass  # Only the common tail below: expire maintenance, claim if due.
 
     _claim_if_due(draft, now=now, config=config)
-    return _finish(schedule, draft, event_id=event_id, now=now, ignored=ignored)
+    decision = _finish(schedule, draft, event_id=event_id, now=now, ignored=ignored)
+    if ignored == "stale_result":
+        return replace(decision, releases=_released_again(schedule, event))
+    return decision
+
+
+def _released_again(schedule: HostSchedule, event: HostInput) -> tuple[SlotReleased, ...]:
+    """A result read again, or one for a command no longer in flight, releases its command
+    again. Its first release may never have reached the dispatcher: the worker can stop after
+    the host's new state was written and before the release was, and the result, read again,
+    is a duplicate. The dispatcher frees nothing for a command it no longer holds, nor for one
+    of another host (`host_id`)."""
+    if not isinstance(event, ScanCompleted) or event.scanner != ADAPTIVE_SCANNER:
+        return ()
+    if schedule.in_flight is not None and schedule.in_flight.command_id == event.command_id:
+        return ()  # Still in flight here: its result has not been applied, so not released.
+    return (
+        SlotReleased(
+            command_id=event.command_id,
+            outcome=_outcome(event),
+            host_id=schedule.host_id,
+        ),
+    )
+
+
+def _outcome(result: ScanCompleted) -> ReleaseOutcome:
+    if result.status is ScanStatus.SUCCEEDED:
+        return ReleaseOutcome.COMPLETED
+    return ReleaseOutcome.FAILED
 
 
 def wake_at(schedule: HostSchedule, config: SchedulerConfig) -> datetime | None:

@@ -159,6 +159,12 @@ class Dispatcher:
                 elif queue.issued_before_force(message):
                     await self._tell_issued_before_force(message)
             elif isinstance(message, SlotReleased):
+                sent_again_for = message.host_id
+                if sent_again_for is not None and queue.held_for_another_host(
+                    message.command_id, sent_again_for
+                ):
+                    self._counters["releases_for_another_host"] += 1
+                    continue
                 queue.release(message.command_id, message.outcome)
                 await self._mark_released(message.command_id, now)
             elif isinstance(message, DispatcherWoken):

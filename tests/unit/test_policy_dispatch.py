@@ -82,6 +82,20 @@ def test_release_of_an_unknown_command_reports_false() -> None:
     assert queue.in_flight_count == 0
 
 
+def test_a_command_held_for_another_host_is_told_apart_from_its_own_hosts() -> None:
+    queue = DispatchQueue()
+    queue.request(dispatch_request("waiting", host_id="h-1"))
+    queue.request(dispatch_request("flying", host_id="h-2", priority=9))
+    issued_ids(queue, cap=1)
+
+    assert queue.in_flight_ids() == {"flying"}
+    assert queue.held_for_another_host("flying", "h-1")
+    assert queue.held_for_another_host("waiting", "h-2")
+    assert not queue.held_for_another_host("flying", "h-2")
+    assert not queue.held_for_another_host("waiting", "h-1")
+    assert not queue.held_for_another_host("never-seen", "h-1")
+
+
 def test_duplicate_request_while_waiting_is_absorbed() -> None:
     queue = DispatchQueue()
     assert queue.request(dispatch_request("cmd-1", priority=5)) is True

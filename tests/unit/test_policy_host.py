@@ -619,7 +619,11 @@ def test_result_for_another_command_is_ignored_as_stale() -> None:
 
     assert decision.ignored == "stale_result"
     assert without_bookkeeping(decision.schedule) == without_bookkeeping(schedule)
-    assert decision.releases == () and decision.dispatch == ()
+    assert decision.dispatch == ()
+    # Released again (for this host only): a no-op unless its first release was lost.
+    assert decision.releases == (
+        SlotReleased(command_id=stale.command_id, outcome=ReleaseOutcome.COMPLETED, host_id=HOST),
+    )
 
 
 def test_result_with_nothing_in_flight_is_ignored_as_stale() -> None:
@@ -630,7 +634,7 @@ def test_result_with_nothing_in_flight_is_ignored_as_stale() -> None:
 
     assert decision.ignored == "stale_result"
     assert without_bookkeeping(decision.schedule) == without_bookkeeping(schedule)
-    assert decision.releases == ()
+    assert [r.command_id for r in decision.releases] == [stale.command_id]
 
 
 def test_result_from_a_foreign_scanner_leaves_the_command_in_flight() -> None:
@@ -654,8 +658,34 @@ def test_redelivered_result_is_a_duplicate() -> None:
     again = decide(first.schedule, result, now=NOW + 2 * MINUTE, config=DEFAULT_CONFIG)
 
     assert again.ignored == "duplicate_event"
-    assert again.schedule == first.schedule
-    assert again.releases == () and not again.changed
+    assert again.schedule == first.schedule and not again.changed
+    # The first release may never have reached the dispatcher (the worker stopped after the
+    # host's state was written): it goes again, naming the host.
+    assert again.releases == (
+        SlotReleased(command_id=result.command_id, outcome=ReleaseOutcome.COMPLETED, host_id=HOST),
+    )
+
+
+def test_a_failed_result_read_again_releases_its_command_again_as_failed() -> None:
+    schedule = issued(onboarded(at=NOW), at=NOW)
+    result = scan_failed(in_flight_id(schedule), completed_at=NOW + MINUTE, error="boom")
+    first = decide(schedule, result, now=NOW + MINUTE, config=DEFAULT_CONFIG)
+
+    again = decide(first.schedule, result, now=NOW + 2 * MINUTE, config=DEFAULT_CONFIG)
+
+    assert [(r.outcome, r.host_id) for r in again.releases] == [(ReleaseOutcome.FAILED, HOST)]
+
+
+def test_a_result_read_again_while_its_command_is_still_in_flight_releases_nothing() -> None:
+    schedule = issued(onboarded(at=NOW), at=NOW)
+    foreign = scan_succeeded(in_flight_id(schedule), completed_at=NOW + MINUTE).model_copy(
+        update={"scanner": "inventory"}
+    )
+    first = decide(schedule, foreign, now=NOW + MINUTE, config=DEFAULT_CONFIG)
+
+    again = decide(first.schedule, foreign, now=NOW + 2 * MINUTE, config=DEFAULT_CONFIG)
+
+    assert again.ignored == "duplicate_event" and again.releases == ()
 
 
 # --- issue and timeout --------------------------------------------------------------
@@ -1642,7 +1672,7 @@ def test_48_hour_promise_holds_after_every_successful_scan(
     ceiling = timedelta(minutes=DEFAULT_CONFIG.max_interval_minutes)
     for (_, event), decision in zip(history, decisions, strict=True):
         completed = [r for r in decision.releases if r.outcome is ReleaseOutcome.COMPLETED]
-        if not completed:
+        if not completed or decision.ignored:  # An ignored result's release is sent again.
             continue
         assert isinstance(event, ScanCompleted) and decision.schedule is not None
         assert decision.schedule.last_scan_completed == event.completed_at
@@ -1704,7 +1734,14 @@ def test_redelivered_inputs_change_nothing(
 
     assert again.ignored == "duplicate_event"
     assert again.schedule == final
-    assert again.dispatch == () and again.releases == ()
+    assert again.dispatch == ()
+    # Only a result releases anything again: its own command, named with the host.
+    assert all(
+        isinstance(last, ScanCompleted)
+        and release.command_id == last.command_id
+        and release.host_id == final.host_id
+        for release in again.releases
+    )
 
 
 # --- one command per host and scanner, across schedules -------------------------------
