@@ -91,11 +91,11 @@ def schedule_state_changed_record(
 _timestamp = TypeAdapter(Timestamp)
 
 DELETED_AT_HEADER = "kairos-deleted-at"
-CREATED_AT_HEADER = "kairos-created-at"
-"""On a tombstone: when the incarnation it ends was created, so that a deletion replayed after
-the host was created again does not end the new one."""
 """The header of a host's tombstone in the hosts changelog: when the host was deleted, by the
 worker's clock (RFC 3339). A tombstone has no value to say it in."""
+CREATED_AT_HEADER = "kairos-created-at"
+"""The header of a host's tombstone: when the incarnation it ends was created (RFC 3339), so
+that a deletion read again after the host was created again does not end the new one."""
 
 
 def instant(at: datetime) -> bytes:

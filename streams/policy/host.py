@@ -338,11 +338,9 @@ def _record_result(
         values["last_error"] = None
         values["due_instance"] += 1
         values["attempt"] = 1
-        outcome = ReleaseOutcome.COMPLETED
     else:
         _schedule_retry(draft, error=result.error or "scan failed", now=now, config=config)
-        outcome = ReleaseOutcome.FAILED
-    draft.releases.append(SlotReleased(command_id=result.command_id, outcome=outcome))
+    draft.releases.append(SlotReleased(command_id=result.command_id, outcome=_outcome(result)))
     if values["force_requested"]:
         values["next_scheduled_scan"] = now
     return None
