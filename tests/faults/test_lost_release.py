@@ -17,7 +17,7 @@ import asyncio
 import pytest
 
 from kairos.floor.settings import Settings
-from tests.faults.test_refused_send import REFUSED_LINE, set_max_message_bytes
+from tests.faults.test_refused_send import set_max_message_bytes, wait_for_refusal_stop
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
 from tests.support.kafka import (
@@ -56,13 +56,7 @@ async def test_a_result_read_again_releases_the_slot_its_lost_release_held(
             await set_max_message_bytes(settings, names.dispatch_queue, "64")
             answered.add("first")
             fleet.answer_later(fleet.commands[0])
-            await wait_until(
-                lambda: worker.process.poll() is not None,
-                timeout=60,
-                what="the worker to stop once the release was refused",
-            )
-            log = worker.log()
-            assert REFUSED_LINE in log and names.dispatch_queue in log, log[-4000:]
+            await wait_for_refusal_stop(worker, names.dispatch_queue)
             # The result was applied before the stop: read again, it is a duplicate.
             await wait_until(
                 lambda: any(

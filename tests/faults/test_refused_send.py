@@ -18,6 +18,7 @@ from kairos.floor.settings import Settings
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
 from tests.support.kafka import hosts_changelog, publish, start_producer, wait_until
+from tests.support.stack import WorkerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +35,20 @@ async def set_max_message_bytes(settings: Settings, topic: str, value: str) -> N
         await admin.alter_configs([resource])
     finally:
         await admin.close()
+
+
+async def wait_for_refusal_stop(worker: WorkerProcess, topic: str) -> None:
+    """Wait until `worker` stops on a record `topic` refused: non-zero, with one clear line
+    that names the topic."""
+    await wait_until(
+        lambda: worker.process.poll() is not None,
+        timeout=60,
+        what=f"the worker to stop once {topic} refused a record",
+    )
+    assert worker.process.returncode != 0, "a supervisor must see the worker failed"
+    log = worker.log()
+    assert REFUSED_LINE in log, log[-4000:]
+    assert topic in log, "the line names the topic that refused it"
 
 
 async def committed_offset(settings: Settings, partition: TopicPartition) -> int | None:
@@ -69,15 +84,7 @@ async def test_a_refused_record_stops_the_worker_before_its_input_is_committed(
             host_created("refused").model_dump_json().encode(),
             key=b"refused",
         )
-        await wait_until(
-            lambda: worker.process.poll() is not None,
-            timeout=60,
-            what="the worker to stop once its changelog record was refused",
-        )
-        assert worker.process.returncode != 0, "a supervisor must see the worker failed"
-        log = worker.log()
-        assert REFUSED_LINE in log, log[-4000:]
-        assert hosts_changelog(settings) in log, "the line names the topic that refused it"
+        await wait_for_refusal_stop(worker, hosts_changelog(settings))
 
         partition = TopicPartition(sent.topic, sent.partition)
         committed = await committed_offset(settings, partition)

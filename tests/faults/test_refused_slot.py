@@ -18,7 +18,7 @@ import pytest
 from kairos.floor.settings import Settings
 from streams.topology import DISPATCHER
 from tests.faults.test_lost_release import KAFKA_DEFAULT_MAX_MESSAGE_BYTES
-from tests.faults.test_refused_send import REFUSED_LINE, set_max_message_bytes
+from tests.faults.test_refused_send import set_max_message_bytes, wait_for_refusal_stop
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
 from tests.support.kafka import publish, start_producer, wait_until
@@ -45,14 +45,7 @@ async def test_a_command_whose_slot_is_refused_is_not_sent_and_is_issued_after_r
 
             await set_max_message_bytes(settings, slots, "64")
             await publish(producer, names.object_created, "refused", host_created("refused"))
-            await wait_until(
-                lambda: worker.process.poll() is not None,
-                timeout=60,
-                what="the worker to stop once the command's slot was refused",
-            )
-            assert worker.process.returncode != 0, "a supervisor must see the worker failed"
-            log = worker.log()
-            assert REFUSED_LINE in log and slots in log, log[-4000:]
+            await wait_for_refusal_stop(worker, slots)
             await asyncio.sleep(SETTLE_SECONDS)
             assert fleet.commands_for("refused") == [], "a command left without a durable slot"
 
