@@ -17,7 +17,11 @@ import asyncio
 import pytest
 
 from kairos.floor.settings import Settings
-from tests.faults.test_refused_send import set_max_message_bytes, wait_for_refusal_stop
+from tests.faults.test_refused_send import (
+    KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
+    set_max_message_bytes,
+    wait_for_refusal_stop,
+)
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
 from tests.support.kafka import (
@@ -30,8 +34,6 @@ from tests.support.kafka import (
 )
 
 pytestmark = pytest.mark.integration
-
-KAFKA_DEFAULT_MAX_MESSAGE_BYTES = "1048588"
 
 
 async def test_a_result_read_again_releases_the_slot_its_lost_release_held(

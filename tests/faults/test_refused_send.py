@@ -23,6 +23,8 @@ from tests.support.stack import WorkerProcess
 pytestmark = pytest.mark.integration
 
 REFUSED_LINE = "was refused"
+# The broker's own default for a topic's max.message.bytes, restored after each refusal.
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = "1048588"
 
 
 async def set_max_message_bytes(settings: Settings, topic: str, value: str) -> None:
@@ -92,5 +94,7 @@ async def test_a_refused_record_stops_the_worker_before_its_input_is_committed(
             f"committed {committed} past the refused host's input at {sent.offset}"
         )
     finally:
-        await set_max_message_bytes(settings, hosts_changelog(settings), "1048588")
+        await set_max_message_bytes(
+            settings, hosts_changelog(settings), KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+        )
         await producer.stop()

@@ -17,8 +17,11 @@ import pytest
 
 from kairos.floor.settings import Settings
 from streams.topology import DISPATCHER
-from tests.faults.test_lost_release import KAFKA_DEFAULT_MAX_MESSAGE_BYTES
-from tests.faults.test_refused_send import set_max_message_bytes, wait_for_refusal_stop
+from tests.faults.test_refused_send import (
+    KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
+    set_max_message_bytes,
+    wait_for_refusal_stop,
+)
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
 from tests.support.kafka import publish, start_producer, wait_until
