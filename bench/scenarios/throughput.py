@@ -5,6 +5,11 @@ is idle, all N answers are released at once (completed_at = now, score 100) and 
 counts, every 0.25 s, how many the system has applied: for Kairos the records it wrote to
 the hosts table's changelog (exactly one per applied result), for heapq the count it reports.
 The sustained rate is taken between 10 % and 90 % of the N results.
+
+The CPU every process on the machine used from the release until all N were counted (the
+system's own, the broker, PostgreSQL and the bench process), divided by N, is the work one
+result costs: on a machine whose cores are all in use it sets the rate, and unlike the rate
+it does not move with how fast the machine happens to run.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from bench.kafka_io import Offsets
 from bench.metrics import ProcessSampler
 from bench.report import Figure, plot_panels
 from bench.scenarios.common import CAP, Context, attempt, new_result, prime
+from bench.scenarios.runs import cores_note
 from bench.systems import HeapqSystem, KairosSystem, System
 
 KEY, NUMBER, TITLE = "throughput", 4, "Event throughput"
@@ -41,11 +47,12 @@ async def measure(ctx: Context, system: System, n: int, timeout: float) -> dict[
     try:
         await system.start(max_concurrent_scans=CAP)
         fleet = ScannerFleet(system.settings, FleetProfile(scan_seconds=(0.0, 0.0)))
-        sampler = ProcessSampler(system.pids, interval=0.5)
+        sampler = ProcessSampler(system.pids, interval=0.5, shared_cpu=ctx.stack.shared_cpu_seconds)
         async with fleet, sampler, Offsets(system.settings) as offsets:
             await prime(ctx, system, fleet, n)
             base = await system.processed_results(offsets)
-            released = time.time()
+            at_release = sampler.sample_now()
+            released = at_release["at"]
             fleet.release(score=100, scan_seconds=0.0)
             points: list[tuple[float, int]] = [(0.0, 0)]
             with ctx.ui.phase(f"{system.label}: applying {n:,} results", total=n) as phase:
@@ -56,12 +63,15 @@ async def measure(ctx: Context, system: System, n: int, timeout: float) -> dict[
                     if done >= n:
                         break
                     await asyncio.sleep(0.25)
-            end = time.time()
+            at_end = sampler.sample_now()
+            end = at_end["at"]
         low, high = crossing(points, 0.1 * n), crossing(points, 0.9 * n)
         sustained = 0.8 * n / (high - low) if low is not None and high is not None else None
         finished = points[-1][1] >= n
         names = {k[:-4] for s in sampler.samples for k in s if k.endswith("_cpu")}
         cpu = {name: sampler.cpu_share(name, released, end) for name in names}
+        spent = cpu_spent(at_release, at_end)
+        applied = points[-1][1]
         return {
             "results": n,
             "applied": points[-1][1],
@@ -70,10 +80,22 @@ async def measure(ctx: Context, system: System, n: int, timeout: float) -> dict[
             "overall_rate": (points[-1][1] / points[-1][0]) if points[-1][0] else None,
             "sustained_rate_10_90": sustained,
             "cpu_cores": cpu,
+            "cpu_seconds_release_to_end": spent,
+            "cpu_cores_release_to_end": {k: v / (end - released) for k, v in spent.items()},
+            "cpu_us_per_result": sum(spent.values()) / applied * 1e6 if applied else None,
             "points": points,
         }
     finally:
         system.stop()
+
+
+def cpu_spent(first: dict[str, Any], last: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds each process sampled in both used between two samples."""
+    return {
+        key[:-4]: last[key] - first[key]
+        for key in last
+        if key.endswith("_cpu") and last[key] is not None and first.get(key) is not None
+    }
 
 
 async def run(ctx: Context, systems: set[str] | None = None) -> Any:
@@ -111,6 +133,22 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
                        target_text="≥ 10,000/s",
                        lower_bound=not measured[label]["finished"])
             )  # fmt: skip
+    heap_cpu = measured.get("heapq", {}).get("cpu_us_per_result")
+    for label in ("Kairos, 1 worker", "Kairos, 2 workers"):
+        if label in measured:
+            result.figures.append(
+                Figure(label=f"CPU per result applied, all processes, {label.split(', ')[1]}",
+                       unit="µs", kairos=measured[label]["cpu_us_per_result"],
+                       baselines={"heapq": heap_cpu} if heap_cpu is not None else {})
+            )  # fmt: skip
+    for label, values in measured.items():
+        if values["cpu_us_per_result"] is None:
+            continue
+        seconds = values["seconds_to_all"] or values["points"][-1][0]
+        result.notes.append(
+            cores_note(label, values["cpu_cores_release_to_end"], "from release to the last count")
+            + f" {values['cpu_us_per_result']:,.0f} µs of CPU per result over {seconds:.2f} s."
+        )
     result.notes.append(
         f"{n:,} results released at once onto scan-completed; rate between 10 % and 90 % "
         "applied, from counts sampled every 0.25 s (Kairos: records on the hosts changelog, one "
