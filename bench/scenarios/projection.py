@@ -220,11 +220,24 @@ async def drain(ctx: Context, settings: Settings, payloads: Payloads, rounds: in
             "sustained_rate_10_90": sustained,
             "projector_cpu_cores": sampler.cpu_share("projector", started, end),
             "postgres_backend_cpu_cores": sampler.cpu_share("pg_backend", started, end),
+            "projector_cpu_us_per_change": _per_change(
+                sampler.cpu_share("projector", started, end), end - started, points[-1][1]
+            ),
+            "postgres_backend_cpu_us_per_change": _per_change(
+                sampler.cpu_share("pg_backend", started, end), end - started, points[-1][1]
+            ),
             "points": points,
         },
         child,
         sampler,
     )
+
+
+def _per_change(cores: float | None, seconds: float, changes: int) -> float | None:
+    """µs of CPU per change: steadier than the rate, which moves with the machine's speed."""
+    if cores is None or not changes:
+        return None
+    return cores * seconds / changes * 1e6
 
 
 async def steady(ctx: Context, settings: Settings, payloads: Payloads, first_version: int,
@@ -372,6 +385,9 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
         unit="/s", kairos=rate if rate is not None else math.nan, better="higher",
         target=RATE_TARGET, target_text="≥ 20,000/s", scale_note=scale,
         lower_bound=not drained["finished"]))  # fmt: skip
+    result.figures.append(Figure(
+        label="projector CPU per change, backlog drain",
+        unit="µs", kairos=drained["projector_cpu_us_per_change"]))  # fmt: skip
     lag_key = "lag_with_unseen_as_lower_bound_s" if held["probes_unseen_by_end"] else "lag_s"
     for key in ("p50", "p99", "max"):
         result.figures.append(Figure(
@@ -398,6 +414,9 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
         f", steady {held['projector_cpu_cores'] or 0:.2f} cores; its PostgreSQL backend: drain "
         f"{drained['postgres_backend_cpu_cores'] or 0:.2f}, steady "
         f"{held['postgres_backend_cpu_cores'] or 0:.2f} cores.",
+        "CPU per change in the drain, from the projector's start to the last version visible:"
+        f" projector {drained['projector_cpu_us_per_change'] or 0:,.0f} µs, its PostgreSQL "
+        f"backend {drained['postgres_backend_cpu_us_per_change'] or 0:,.0f} µs.",
     ]
     png = ctx.plot_path(KEY, "drain")
     points = drained["points"]
