@@ -2,7 +2,7 @@
 
 N hosts are onboarded and each gets a command, which the fleet holds. When the system
 is idle, all N answers are released at once (completed_at = now, score 100) and the bench
-counts, every 0.25 s, how many the system has applied: for Kairos the records it wrote to
+counts, every 50 ms, how many the system has applied: for Kairos the records it wrote to
 the hosts table's changelog (exactly one per applied result), for heapq the count it reports.
 The sustained rate is taken between 10 % and 90 % of the N results.
 
@@ -28,6 +28,10 @@ from bench.systems import HeapqSystem, KairosSystem, System
 
 KEY, NUMBER, TITLE = "throughput", 4, "Event throughput"
 TARGET = 10_000.0
+POLL_SECONDS = 0.05
+"""At quick scale heapq applies its 3,000 results in about a third of a second: counts taken
+every 0.25 s put two or three samples in its 10–90 % span, and its rate was as much the
+sampling's as its own."""
 
 
 def crossing(points: list[tuple[float, int]], level: float) -> float | None:
@@ -62,9 +66,15 @@ async def measure(ctx: Context, system: System, n: int, timeout: float) -> dict[
                     phase.update(done)
                     if done >= n:
                         break
-                    await asyncio.sleep(0.25)
+                    await asyncio.sleep(POLL_SECONDS)
             at_end = sampler.sample_now()
             end = at_end["at"]
+        if isinstance(system, HeapqSystem):
+            # Its own reports, timed when it counted, not when the bench read them.
+            lines = system.progress_lines()
+            reported = [(at - released, done - base) for at, done, _ in lines if at > released]
+            if reported:
+                points = [(0.0, 0), *reported]
         low, high = crossing(points, 0.1 * n), crossing(points, 0.9 * n)
         sustained = 0.8 * n / (high - low) if low is not None and high is not None else None
         finished = points[-1][1] >= n
@@ -151,7 +161,7 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
         )
     result.notes.append(
         f"{n:,} results released at once onto scan-completed; rate between 10 % and 90 % "
-        "applied, from counts sampled every 0.25 s (Kairos: records on the hosts changelog, one "
+        "applied, from counts sampled every 50 ms (Kairos: records on the hosts changelog, one "
         "per applied result; heapq: its own applied counter)."
     )
     result.notes.append(
