@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
 from kairos.floor.db import connect, migrate
-from schemas.base import CommandReason, ComplianceState
 from schemas.commands import ScanCommand
 from streams.projection.writer import apply
-from tests.support.factories import scan_result
+from tests.support.factories import scan_command, scan_result
 from tests.support.stack import unique_name
 
 pytestmark = pytest.mark.integration
@@ -20,19 +18,8 @@ pytestmark = pytest.mark.integration
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def command(command_id: str, host_id: str = "h-1") -> ScanCommand:
-    return ScanCommand(
-        event_id=uuid.uuid4(),
-        command_id=command_id,
-        host_id=host_id,
-        priority=5,
-        reason=CommandReason.SCHEDULED,
-        state=ComplianceState.LOW,
-        due_at=T0,
-        issued_at=T0,
-        deadline=T0 + timedelta(minutes=10),
-        attempt=1,
-    )
+def command(command_id: str) -> ScanCommand:
+    return scan_command(command_id, issued_at=T0)
 
 
 async def test_result_is_unmatched_until_its_command_is_projected(

@@ -6,7 +6,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from schemas.base import CommandReason, ComplianceState
 from schemas.changes import ConfigUpdated, HostMaintenanceSet, HostScanRequested, SchedulerToggled
+from schemas.commands import ScanCommand
 from schemas.config import ConfigChanges
 from schemas.objects import ObjectAttributes, ObjectEvent, Operation
 from schemas.results import ScanCompleted, ScanStatus
@@ -70,6 +72,22 @@ def scan_result(
         failed=0,
         scan_id=f"scan-{uuid.uuid4().hex[:8]}",
         error=None if succeeded else "scanner crashed",
+    )
+
+
+def scan_command(command_id: str, host_id: str = "h-1", *, issued_at: datetime) -> ScanCommand:
+    """A scheduled command of the adaptive scanner, as the dispatcher publishes it."""
+    return ScanCommand(
+        event_id=uuid.uuid4(),
+        command_id=command_id,
+        host_id=host_id,
+        priority=5,
+        reason=CommandReason.SCHEDULED,
+        state=ComplianceState.LOW,
+        due_at=issued_at,
+        issued_at=issued_at,
+        deadline=issued_at + timedelta(minutes=10),
+        attempt=1,
     )
 
 
