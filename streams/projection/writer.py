@@ -80,10 +80,12 @@ _UPSERT_HOSTS = (
 class _Incoming(NamedTuple):
     """A batch's rows of one append-only table, copied in and inserted by one statement.
 
-    An INSERT per row (psycopg's `executemany`, pipelined) took 70 % of the projector's time
-    applying scan results (py-spy, `bench throughput --scale 40000`); a row already there is
-    left as it is, as `ON CONFLICT DO NOTHING` left it row by row."""
+    An INSERT per row (psycopg's `executemany`, pipelined) took 70 % of the projector's active
+    time in `bench throughput --scale 40000` (py-spy); a row already there is left as it is, as
+    `ON CONFLICT DO NOTHING` left it row by row."""
 
+    name: str
+    """The temporary table's: its rows last until the batch's transaction ends."""
     create: str
     copy: str
     types: tuple[str, ...]
@@ -94,6 +96,7 @@ def _incoming(table: str, key: str, types_by_name: dict[str, str]) -> _Incoming:
     columns = ", ".join(types_by_name)
     incoming = f"{table}_incoming"
     return _Incoming(
+        name=incoming,
         create=f"CREATE TEMPORARY TABLE IF NOT EXISTS {incoming}"
         f" (LIKE {table} INCLUDING DEFAULTS, position int4 NOT NULL) ON COMMIT DELETE ROWS",
         copy=f"COPY {incoming} ({columns}, position) FROM STDIN (FORMAT BINARY)",
@@ -127,6 +130,8 @@ _COMMANDS = _incoming(
     },
 )  # fmt: skip
 """`_command_row`'s columns, in its order."""
+_OUTCOME = "CASE r.status WHEN 'succeeded' THEN 'completed' ELSE 'failed' END"
+"""A command's outcome, from the status of a result `r`."""
 
 
 async def _copy_incoming(
@@ -413,10 +418,9 @@ async def _apply_results(
         # The first of a batch's results for a command decides its outcome, as it would have
         # alone: a later one finds the outcome set.
         await cursor.execute(
-            "UPDATE scan_commands c SET outcome = CASE r.status WHEN 'succeeded'"
-            " THEN 'completed' ELSE 'failed' END, outcome_at = r.completed_at"
+            f"UPDATE scan_commands c SET outcome = {_OUTCOME}, outcome_at = r.completed_at"
             " FROM (SELECT DISTINCT ON (command_id) command_id, status, completed_at"
-            " FROM scan_results_incoming ORDER BY command_id, position) r"
+            f" FROM {_RESULTS.name} ORDER BY command_id, position) r"
             " WHERE c.command_id = r.command_id AND c.outcome IS NULL"
         )
     for result in results:
@@ -433,8 +437,7 @@ async def _apply_commands(
         await cursor.execute(_COMMANDS.insert_new)
         # Results and commands travel on different topics: a result may be projected first.
         await cursor.execute(
-            "UPDATE scan_commands c SET outcome = CASE r.status WHEN 'succeeded'"
-            " THEN 'completed' ELSE 'failed' END, outcome_at = r.completed_at"
+            f"UPDATE scan_commands c SET outcome = {_OUTCOME}, outcome_at = r.completed_at"
             " FROM scan_results r WHERE r.command_id = c.command_id"
             " AND c.command_id = ANY(%s) AND c.outcome IS NULL",
             ([c.command_id for c in commands],),
