@@ -21,7 +21,8 @@ calls, and each of those first fetches the partitions Faust's agents read (not t
 the dispatcher sees the claims of the last slice while a backlog of inputs lasts. Handled in
 one go, a fetch of 100,000 due hosts held every command back until its end. A stage may also
 end a slice early (`handed_over`): after a schedule due pass, whose claims the dispatcher
-should see before the next pass of the same tick runs.
+should see before the next pass of the same tick runs; the slice after it is short, so those
+claims, fetched meanwhile, are not held behind a slice of other inputs.
 Faust's bookkeeping stays as it was: a record is acknowledged once handled, so the offset Faust
 commits (after flushing the producer) never passes a record whose output is not acknowledged
 by the broker; a record counts as unacknowledged while it is handled, so a rebalance waits for
@@ -56,6 +57,10 @@ SLICE_SECONDS = 0.5
 records fetched meanwhile (the dispatcher's queue among them). Shorter slices cost results/s:
 at 0.1 s, 4,280/s against 5,420/s for whole fetches in `bench throughput --scale 20000`; at
 0.5 s the two were within this machine's noise."""
+SLICE_AFTER_HAND_OVER_SECONDS = 0.1
+"""The slice that follows a stage's hand-over (`BatchInputs.handed_over`) ends this soon, so
+the dispatcher's records, fetched meanwhile, come next. Whole, such a slice held the claims of
+a cron minute's last due pass 0.45–0.85 s behind the fan-out replies (`bench cron --quick`)."""
 RETRY_PAUSE_SECONDS = 1.0
 """A record whose handling failed for the broker's or the runtime's sake waits this long
 before it is handled again (the guard parks only failures that are the record's fault)."""
@@ -106,6 +111,8 @@ class WorkerConsumer(RewindingConsumer):
     """Records of `_fetch` taken out of it but not handled when the time was up."""
     _others_only = False
     """While True, `_getmany` asks for the partitions Faust's agents read, not the inputs."""
+    _handed_over = False
+    """A stage ended the last slice early: the next one is short."""
 
     async def _commit(self, offsets: Any) -> bool:
         # Faust has flushed the producer just before: every record sent for these offsets has
@@ -169,14 +176,17 @@ class WorkerConsumer(RewindingConsumer):
         return await super()._getmany(requested, timeout)
 
     async def _work_through(self, inputs: BatchInputs) -> AsyncIterator[tuple[TP, Message]]:
-        """Handle the unfinished fetch's input records for up to `SLICE_SECONDS`, yielding
-        the others to Faust as they come; what is left waits for the next call."""
+        """Handle the unfinished fetch's input records for up to `SLICE_SECONDS`
+        (`SLICE_AFTER_HAND_OVER_SECONDS` after a hand-over), yielding the others to Faust as
+        they come; what is left waits for the next call."""
         fetch = self._fetch
         assert fetch is not None
         topics = inputs.topics
         clock = asyncio.get_running_loop().time
         batch, self._left = self._left, []
-        deadline = clock() + SLICE_SECONDS if batch else None  # From the first record on.
+        slice_seconds = SLICE_AFTER_HAND_OVER_SECONDS if self._handed_over else SLICE_SECONDS
+        self._handed_over = False
+        deadline = clock() + slice_seconds if batch else None  # From the first record on.
         exhausted = False
         while True:
             while not exhausted and len(batch) < BATCH_MAX_RECORDS:
@@ -193,7 +203,7 @@ class WorkerConsumer(RewindingConsumer):
                 elif await self._admit(message):
                     batch.append(message)
                     if deadline is None:
-                        deadline = clock() + SLICE_SECONDS
+                        deadline = clock() + slice_seconds
             if batch:
                 assert deadline is not None
                 batch = await self._handle_batch(inputs, batch, deadline)
@@ -249,6 +259,7 @@ class WorkerConsumer(RewindingConsumer):
                 try:
                     handled += await inputs.handle_batch(records[handled:], go_on)
                     if inputs.handed_over():
+                        self._handed_over = True
                         break
                 except INFRASTRUCTURE_ERRORS as error:
                     # Handled again from the batch's first unacknowledged record: those before
