@@ -334,9 +334,12 @@ def message(row: Mapping[str, Any]) -> AlertChanged:
 
 
 async def mark_published(conn: psycopg.AsyncConnection, sent: Sequence[AlertChanged]) -> None:
-    async with conn.transaction(), conn.cursor() as cursor:
-        await cursor.executemany(
-            "UPDATE alerts SET published_revision = %s"
-            " WHERE alert_id = %s AND published_revision < %s",
-            [(alert.revision, alert.alert_id, alert.revision) for alert in sent],
+    # One statement over arrays: an UPDATE per alert, even pipelined, took twice as long in
+    # `bench projection --quick` (20 against 10 ms for a round of about 360 alerts).
+    async with conn.transaction():
+        await conn.execute(
+            "UPDATE alerts a SET published_revision = s.revision"
+            " FROM unnest(%s::uuid[], %s::int4[]) AS s(alert_id, revision)"
+            " WHERE a.alert_id = s.alert_id AND a.published_revision < s.revision",
+            ([alert.alert_id for alert in sent], [alert.revision for alert in sent]),
         )
