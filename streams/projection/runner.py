@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -26,7 +26,7 @@ from schemas.internal import CommandTimedOut, ConfigPublished
 from streams import codec
 from streams.codec import Undecodable
 from streams.projection import alerts
-from streams.projection.writer import Change, apply
+from streams.projection.writer import BatchSummary, Change, apply
 from streams.topology import HOSTS
 
 log = logging.getLogger(__name__)
@@ -177,8 +177,9 @@ class Projector:
             try:
                 if conn is None or conn.closed:
                     conn = await connect(self.settings.database_url, timeout=5)
-                summary = await apply(changes, conn)
-                await self._record_progress(conn, consumer, summary.newest_event_at)
+                summary = await apply(
+                    changes, conn, also=partial(self._record_progress, conn, consumer)
+                )
                 self.applied += summary.applied
                 self._count_alerts(summary.alerts)
                 if failing:
@@ -274,11 +275,10 @@ class Projector:
             self._alerts_pending = True
 
     async def _record_progress(
-        self,
-        conn: psycopg.AsyncConnection,
-        consumer: AIOKafkaConsumer,
-        newest_event_at: datetime | None,
+        self, conn: psycopg.AsyncConnection, consumer: AIOKafkaConsumer, applied: BatchSummary
     ) -> None:
+        """The projection_progress row, in the batch's transaction."""
+        newest_event_at = applied.newest_event_at
         lag = await self._lag(consumer)
         now = self.clock.now()
         lag_seconds = (now - newest_event_at).total_seconds() if newest_event_at else 0.0
@@ -291,7 +291,6 @@ class Projector:
             " consumer_lag = excluded.consumer_lag, lag_seconds = excluded.lag_seconds",
             (newest_event_at, now, lag, max(0.0, lag_seconds)),
         )
-        await conn.commit()
 
     @staticmethod
     async def _lag(consumer: AIOKafkaConsumer) -> int:

@@ -7,7 +7,7 @@ dead letters by their ids, so a replayed or reordered batch never overwrites new
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -181,8 +181,15 @@ class BatchSummary:
             self.newest_event_at = at
 
 
-async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> BatchSummary:
-    """Write `changes` in one transaction; the caller commits offsets only after this returns."""
+async def apply(
+    changes: Sequence[Change],
+    conn: psycopg.AsyncConnection,
+    also: Callable[[BatchSummary], Awaitable[None]] | None = None,
+) -> BatchSummary:
+    """Write `changes` in one transaction; the caller commits offsets only after this returns.
+
+    `also` writes more in the same transaction, once the batch is written (the projector's
+    progress row): one commit a batch, which is one WAL flush where PostgreSQL syncs them."""
     summary = BatchSummary()
     async with conn.transaction():
         host_changes = _last_incarnation([c for c in changes if isinstance(c, HostStateChanged)])
@@ -211,6 +218,8 @@ async def apply(changes: Sequence[Change], conn: psycopg.AsyncConnection) -> Bat
         summary.alerts.add(await alerts.apply_schedule_alerts(conn, schedules))
         runs = [c for c in changes if isinstance(c, ScheduleRunRecorded)]
         await _apply_schedule_runs(conn, runs, summary)
+        if also is not None:
+            await also(summary)
     return summary
 
 
