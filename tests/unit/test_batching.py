@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from schemas.base import CommandReason, ComplianceState
 from schemas.internal import DispatchRequested
 from streams import codec
-from streams.partition_index import by_partition, partition_of
+from streams.partition_index import HostsByPartition, by_partition, partition_of
 
 AT = datetime(2026, 3, 1, 12, 30, 15, 250000, tzinfo=UTC)
 
@@ -53,6 +53,22 @@ def _request(host_id: str = "host-1") -> DispatchRequested:
         attempt=2,
         args={"ports": [22, 443], "note": 'ü " \\'},
     )
+
+
+def test_hosts_by_partition_keeps_each_partitions_hosts_in_the_order_they_came() -> None:
+    index = HostsByPartition(4)
+    hosts = [f"host-{n}" for n in range(40)]
+    for host in hosts:
+        index.add(host)
+    index.add(hosts[0])  # added again: still once, where it first came
+    index.discard(hosts[1])
+    index.discard("never-added")
+
+    for partition in range(4):
+        expected = [h for h in hosts if h != hosts[1] and partition_of(h, 4) == partition]
+        assert list(index.members(partition)) == expected
+    index.rebuild(["host-7"])
+    assert [h for p in range(4) for h in index.members(p)] == ["host-7"]
 
 
 def test_dispatcher_entries_read_back_as_written() -> None:
