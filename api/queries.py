@@ -216,11 +216,13 @@ async def count_hosts_to_initialize(conn: psycopg.AsyncConnection) -> int:
 async def get_projection_lag(
     conn: psycopg.AsyncConnection,
 ) -> tuple[float | None, int | None, datetime | None]:
-    """(lag in seconds, messages not yet projected, last write) over every source, worst first.
+    """(lag in seconds, messages not yet projected, last write) over every source: the worst
+    lag, the backlogs summed.
 
-    The projector records `lag_seconds` (its clock minus the newest event applied) and
-    `consumer_lag` (messages behind) from migration 003 on; before that the lag is the gap
-    between `applied_at` and `newest_event_at`.
+    The projector records a row per topic partition it reads (migration 013; one row for all
+    before), with `lag_seconds` (its clock minus the newest event applied) and `consumer_lag`
+    (messages behind) from migration 003 on; before that the lag is the gap between
+    `applied_at` and `newest_event_at`.
     """
     rows = await _rows(conn, "SELECT * FROM projection_progress", {})
     if not rows:

@@ -10,11 +10,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from kairos.floor.clock import Clock
@@ -26,7 +27,7 @@ from schemas.internal import CommandTimedOut, ConfigPublished
 from streams import codec
 from streams.codec import Undecodable
 from streams.projection import alerts
-from streams.projection.writer import BatchSummary, Change, apply
+from streams.projection.writer import BatchSummary, Change, apply, event_time
 from streams.topology import HOSTS
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class Projector:
         self._alerts_retry_at = 0.0
         self._alerts_backoff = ALERTS_RETRY_SECONDS[0]
         self._checked_at = 0.0
+        self._progress_written: dict[TopicPartition, tuple[int, float]] = {}
+        """Per partition, the backlog and lag in seconds this projector last recorded."""
+        self._progress_assignment: set[TopicPartition] = set()
 
     def register_metrics(self, registry: Registry) -> None:
         registry.add(
@@ -138,9 +142,9 @@ class Projector:
         try:
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=MAX_BATCH)
-                changes = self._decode(batches)
+                changes, newest = self._decode(batches)
                 if changes:
-                    conn = await self._apply_until_done(consumer, conn, changes)
+                    conn = await self._apply_until_done(consumer, conn, changes, newest)
                 conn = await self._alert_round(conn, producer, await self._lag(consumer))
                 uncommitted = uncommitted or bool(batches)
                 if uncommitted and time.monotonic() - committed_at >= COMMIT_EVERY_SECONDS:
@@ -153,23 +157,31 @@ class Projector:
             await producer.stop()
             await consumer.stop()
 
-    def _decode(self, batches: dict[Any, list[Any]]) -> list[Change]:
+    def _decode(
+        self, batches: dict[TopicPartition, list[Any]]
+    ) -> tuple[list[Change], dict[TopicPartition, datetime]]:
+        """The batch's changes, and the time of the newest change read from each partition."""
         changes: list[Change] = []
+        newest: dict[TopicPartition, datetime] = {}
         for partition, records in batches.items():
             decode = self._decoders[partition.topic]
             for record in records:
                 change = decode(record)
                 if change is None:
                     self.skipped += 1
-                else:
-                    changes.append(change)
-        return changes
+                    continue
+                changes.append(change)
+                at = event_time(change)
+                if at is not None and (partition not in newest or at > newest[partition]):
+                    newest[partition] = at
+        return changes, newest
 
     async def _apply_until_done(
         self,
         consumer: AIOKafkaConsumer,
         conn: psycopg.AsyncConnection | None,
         changes: list[Change],
+        newest: dict[TopicPartition, datetime],
     ) -> psycopg.AsyncConnection:
         backoff = 0.5
         failing = False
@@ -177,9 +189,13 @@ class Projector:
             try:
                 if conn is None or conn.closed:
                     conn = await connect(self.settings.database_url, timeout=5)
+                progress: dict[TopicPartition, tuple[int, float]] = {}
                 summary = await apply(
-                    changes, conn, also=partial(self._record_progress, conn, consumer)
+                    changes,
+                    conn,
+                    also=partial(self._record_progress, conn, consumer, newest, progress),
                 )
+                self._progress_written.update(progress)
                 self.applied += summary.applied
                 self._count_alerts(summary.alerts)
                 if failing:
@@ -275,21 +291,65 @@ class Projector:
             self._alerts_pending = True
 
     async def _record_progress(
-        self, conn: psycopg.AsyncConnection, consumer: AIOKafkaConsumer, applied: BatchSummary
+        self,
+        conn: psycopg.AsyncConnection,
+        consumer: AIOKafkaConsumer,
+        newest: dict[TopicPartition, datetime],
+        written: dict[TopicPartition, tuple[int, float]],
+        _applied: BatchSummary,
     ) -> None:
-        """The projection_progress row, in the batch's transaction."""
-        newest_event_at = applied.newest_event_at
-        lag = await self._lag(consumer)
+        """The projection_progress rows of this projector's partitions, in the batch's
+        transaction; what was written goes into `written`.
+
+        One row per partition, so that projectors sharing the group (several workers that
+        each project) do not overwrite one another's figures. A partition the batch did not
+        read is written only when its backlog changed: caught up, its lag is 0; behind, it
+        keeps the lag its last change gave it.
+        """
+        assignment = consumer.assignment()
+        if assignment != self._progress_assignment:
+            # Partitions that were away may have been written by their other owner meanwhile.
+            self._progress_written.clear()
+            self._progress_assignment = set(assignment)
         now = self.clock.now()
-        lag_seconds = (now - newest_event_at).total_seconds() if newest_event_at else 0.0
+        sources: list[str] = []
+        newest_at: list[datetime | None] = []
+        lags: list[int] = []
+        lags_seconds: list[float] = []
+        for partition in sorted(assignment):
+            highwater = consumer.highwater(partition)
+            if highwater is None:
+                continue  # Not fetched yet: its backlog is not known.
+            lag = max(0, highwater - await consumer.position(partition))
+            at = newest.get(partition)
+            before = self._progress_written.get(partition)
+            if at is not None:
+                lag_seconds = max(0.0, (now - at).total_seconds())
+            elif before is not None and before[0] == lag:
+                continue
+            else:
+                lag_seconds = before[1] if before is not None and lag else 0.0
+            sources.append(f"{partition.topic}:{partition.partition}")
+            newest_at.append(at)
+            lags.append(lag)
+            lags_seconds.append(lag_seconds)
+            written[partition] = (lag, lag_seconds)
+        if not sources:
+            return
         await conn.execute(
             "INSERT INTO projection_progress"
             " (source, newest_event_at, applied_at, consumer_lag, lag_seconds)"
-            " VALUES ('projector', %s, %s, %s, %s) ON CONFLICT (source) DO UPDATE SET"
+            " SELECT source, newest_event_at, %s, consumer_lag, lag_seconds FROM unnest("
+            "%s::text[], %s::timestamptz[], %s::int8[], %s::float8[])"
+            " AS p(source, newest_event_at, consumer_lag, lag_seconds)"
+            " ON CONFLICT (source) DO UPDATE SET"
             " newest_event_at = GREATEST(projection_progress.newest_event_at,"
-            " excluded.newest_event_at), applied_at = excluded.applied_at,"
+            " excluded.newest_event_at),"
+            # A partition the batch did not read keeps the time of its last applied change.
+            " applied_at = CASE WHEN excluded.newest_event_at IS NULL"
+            " THEN projection_progress.applied_at ELSE excluded.applied_at END,"
             " consumer_lag = excluded.consumer_lag, lag_seconds = excluded.lag_seconds",
-            (newest_event_at, now, lag, max(0.0, lag_seconds)),
+            (now, sources, newest_at, lags, lags_seconds),
         )
 
     @staticmethod

@@ -42,6 +42,25 @@ Change = (
 
 FLAGS = ("in_flight", "maintenance", "inactive", "down")
 
+
+def event_time(change: Change) -> datetime | None:
+    """When `change` happened, in scheduler time: what projection lag is measured from (a
+    config has no time of its own)."""
+    if isinstance(change, HostStateChanged | ScheduleStateChanged):
+        return change.changed_at
+    if isinstance(change, ScanCompleted):
+        return change.completed_at
+    if isinstance(change, ScanCommand):
+        return change.issued_at
+    if isinstance(change, CommandTimedOut):
+        return change.deadline
+    if isinstance(change, DeadLetter):
+        return change.received_at
+    if isinstance(change, ScheduleRunRecorded):
+        return change.fired_at
+    return None
+
+
 _HOST_COLUMN_TYPES_BY_NAME = {
     "host_id": "text", "state": "text", "compliance_state": "text", "score": "float8",
     "current_interval_minutes": "int4", "next_scheduled_scan": "timestamptz",

@@ -65,3 +65,59 @@ async def test_projector_process_projects_what_a_worker_without_projector_leaves
     assert "Traceback" not in projector.log()
     assert "projector stopped" in projector.log()
     assert worker.process.poll() is None, "the worker must not depend on the projector"
+
+
+def progress_rows(settings: Settings) -> dict[str, tuple[int, float]]:
+    with psycopg.connect(settings.database_url) as conn:
+        rows = conn.execute(
+            "SELECT source, consumer_lag, lag_seconds FROM projection_progress"
+        ).fetchall()
+    return {source: (lag, seconds) for source, lag, seconds in rows}
+
+
+async def test_projectors_sharing_the_group_record_progress_per_partition(
+    make_settings, workers, projectors
+) -> None:
+    """Two projectors in one group each record the partitions they read, where a row for all
+    of them was overwritten by whichever applied a batch last."""
+    settings = make_settings(projector_enabled=False)
+    workers(settings)
+    first, second = projectors(settings), projectors(settings)
+    changelog = hosts_changelog(settings)
+    expected = {f"{changelog}:{partition}" for partition in range(settings.partitions)}
+    producer = await start_producer(settings)
+    published: list[str] = []
+    try:
+        # A host a second, until every partition of the changelog has been read and recorded
+        # (the two projectors join the group while the first hosts come in).
+        for number in range(120):
+            host = f"shared-{number:03d}"
+            await producer.send_and_wait(
+                settings.topics.object_created,
+                host_created(host).model_dump_json().encode(),
+                key=host.encode(),
+            )
+            published.append(host)
+            if expected <= set(progress_rows(settings)):
+                break
+            await asyncio.sleep(1.0)
+        await wait_until(
+            lambda: projected_hosts(settings) == set(published),
+            timeout=60,
+            what="the projectors to write every host",
+        )
+        await wait_until(
+            lambda: all(lag == 0 for lag, _ in progress_rows(settings).values()),
+            timeout=30,
+            what="every recorded partition to be caught up",
+        )
+    finally:
+        await producer.stop()
+
+    rows = progress_rows(settings)
+    assert expected <= set(rows), f"partitions without progress: {sorted(expected - set(rows))}"
+    assert "projector" not in rows
+    assert all(seconds >= 0 for _, seconds in rows.values())
+    for projector in (first, second):
+        assert projector.process.poll() is None, projector.log()[-4000:]
+        assert "Traceback" not in projector.log()
