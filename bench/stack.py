@@ -298,6 +298,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
             "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
             "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
             "KAIROS_PRODUCER_LINGER_MS": str(settings.producer_linger_ms),
+            "KAIROS_CONSUMER_FETCH_BYTES": str(settings.consumer_fetch_bytes),
             "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
             "KAIROS_PROJECTOR_ENABLED": str(settings.projector_enabled).lower(),
             "KAIROS_CONNECT_TIMEOUT_SECONDS": str(settings.connect_timeout_seconds),

@@ -78,6 +78,12 @@ class Worker:
             broker_heartbeat_interval=3.0,
             broker_commit_interval=1.0,
             table_standby_replicas=0,
+            # A poll's records, their messages and decoded events are built at once; bounding
+            # the fetch bounds that peak, which pymalloc keeps as the process' size afterwards
+            # (Faust's 1 MiB: worker 1,394–1,406 B/host in `bench memory --quick`; 256 KiB:
+            # 1,058–1,072, for about 9 % more worker CPU per result: bench/README.md, "A
+            # smaller fetch").
+            consumer_max_fetch_size=settings.consumer_fetch_bytes,
             TableManager=OrderedTableManager,
             **self._faust_security(),
         )

@@ -111,6 +111,13 @@ class Settings(BaseSettings):
         le=1000,
         description="How long the worker's producer waits to fill a batch before sending.",
     )
+    consumer_fetch_bytes: int = Field(
+        default=256 * 1024,
+        ge=64 * 1024,
+        le=64 * 1024 * 1024,
+        description="How much a worker's consumer fetches from one partition at a time: what"
+        " one poll holds in memory (a larger record still comes whole).",
+    )
     fault_offset_fetch_delay_seconds: float = Field(
         default=0.0,
         ge=0,

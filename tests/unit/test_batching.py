@@ -1,14 +1,16 @@
-"""How the worker cuts what it sends into records (by size, by partition) and writes the
-dispatcher's table entries."""
+"""How the worker cuts what it sends into records (by size, by partition), bounds what it
+fetches, and writes the dispatcher's table entries."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
 
+from kairos.floor.settings import Settings
 from schemas.base import CommandReason, ComplianceState
 from schemas.internal import DispatchRequested
 from streams import codec
+from streams.app import Worker
 from streams.partition_index import HostsByPartition, by_partition, partition_of
 
 AT = datetime(2026, 3, 1, 12, 30, 15, 250000, tzinfo=UTC)
@@ -102,3 +104,10 @@ def test_only_a_released_entry_holds_the_released_marker() -> None:
     assert codec.RELEASED_MARKER not in codec.dispatch_waiting(request)
     assert codec.RELEASED_MARKER in codec.dispatch_released(AT)
     assert codec.read_dispatch_entry(slot).request == request
+
+
+def test_the_worker_fetches_at_most_its_setting_from_a_partition_at_a_time() -> None:
+    # Faust hands this to aiokafka as max_partition_fetch_bytes; its own default is 1 MiB.
+    assert Worker(Settings()).app.conf.consumer_max_fetch_size == 256 * 1024
+    smaller = Worker(Settings(consumer_fetch_bytes=128 * 1024))
+    assert smaller.app.conf.consumer_max_fetch_size == 128 * 1024
