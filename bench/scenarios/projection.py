@@ -20,7 +20,7 @@ published in rounds (every host once per round) with a batched aiokafka producer
     send time — producer linger, broker, projector batch, PostgreSQL commit, and up to one
     poll interval (≤ 50 ms) of resolution. A probe never seen by the end counts with
     `end − sent` as a lower bound. `projection_progress.lag_seconds` (what the projector
-    reports about itself) is sampled at every poll as a secondary figure.
+    reports about itself, its worst partition's) is sampled at every poll as a secondary figure.
 """
 
 from __future__ import annotations
@@ -291,11 +291,10 @@ async def steady(ctx: Context, settings: Settings, payloads: Payloads, first_ver
                         pending[host] = left
                     else:
                         pending.pop(host, None)
-            cursor = await conn.execute(
-                "SELECT lag_seconds FROM projection_progress WHERE source = 'projector'"
-            )
+            # The worst partition's, as /status reports it (one row per partition read).
+            cursor = await conn.execute("SELECT max(lag_seconds) FROM projection_progress")
             row = await cursor.fetchone()
-            if row is not None:
+            if row is not None and row[0] is not None:
                 self_reported.append(float(row[0]))
             if done.is_set() and not pending:
                 return
