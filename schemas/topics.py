@@ -19,9 +19,9 @@ ALERTS = "alerts"
 # Kairos' own topics. Their messages: schemas.internal (host and schedule signals, dispatch
 # queue, control), schemas.schedules (schedules and schedule runs). Each host's state is read
 # from the worker's hosts table's changelog (`streams.topology.HOSTS`): key the host id as
-# JSON, value the `schemas.state.HostSchedule` as the table keeps it (its fields at their
-# defaults left out: read it with the model, which gives them back), a tombstone once the
-# host is deleted.
+# JSON, value the `schemas.state.HostSchedule` as the table keeps it (under its short keys,
+# its fields at their defaults left out: read it with the model, which takes both and gives
+# the defaults back), a tombstone once the host is deleted.
 HOST_SIGNALS = "kairos-host-signals"
 DISPATCH_QUEUE = "kairos-dispatch-queue"
 SCHEDULER_CONTROL = "kairos-scheduler-control"

@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from pydantic import BaseModel
 
 from bench.kafka_io import Offsets, send_all, start_producer
 from bench.metrics import ProcessSampler, distribution
@@ -44,7 +45,7 @@ from bench.scenarios.common import Context, new_result
 from bench.scenarios.throughput import crossing
 from bench.stack import BenchStack, ChildProcess, wait_ready, worker_env
 from kairos.floor.settings import Settings
-from schemas.state import HostSchedule
+from schemas.state import STATE_FORMAT, HostSchedule, InFlightCommand
 from streams import codec
 from streams.topology import HOSTS
 
@@ -64,7 +65,8 @@ STATES = ("compliant", "compliant", "compliant", "mostly_compliant", "partial", 
 
 
 def _templates(now: datetime) -> list[dict[str, Any]]:
-    """A few realistic HostSchedule shapes (JSON form); each record varies one of them."""
+    """A few realistic HostSchedule shapes, as the worker stores them (JSON under the short
+    keys); each record varies one of them."""
     out = []
     for index, state in enumerate(STATES):
         in_flight = None
@@ -87,8 +89,23 @@ def _templates(now: datetime) -> list[dict[str, Any]]:
             recent_event_ids=tuple(f"{index:02d}{n:030d}" for n in range(4)),
             created_at=now - timedelta(days=30), updated_at=now,
         )  # fmt: skip
-        out.append(schedule.model_dump(mode="json"))
+        stored = schedule.model_dump(
+            mode="json", by_alias=True, exclude_none=True, exclude_defaults=True
+        )
+        out.append({_key("format"): STATE_FORMAT, **stored})
     return out
+
+
+def _key(name: str, model: type[BaseModel] = HostSchedule) -> str:
+    """The short key the worker stores a field under (`schemas.state`)."""
+    alias = model.model_fields[name].alias
+    assert alias is not None
+    return alias
+
+
+HOST_ID, VERSION, ATTRIBUTES = _key("host_id"), _key("version"), _key("attributes")
+UPDATED_AT, IN_FLIGHT = _key("updated_at"), _key("in_flight")
+COMMAND_ID = _key("command_id", InFlightCommand)
 
 
 class Payloads:
@@ -104,13 +121,13 @@ class Payloads:
         schedule = copy.copy(self.templates[(index + version) % len(self.templates)])
         now = datetime.now(UTC).isoformat()
         attributes = dict(
-            schedule["attributes"],
+            schedule[ATTRIBUTES],
             hostname=f"{host}.bench.test",
             ip=f"10.{index >> 16 & 255}.{index >> 8 & 255}.{index & 255}",
         )
-        schedule.update(host_id=host, version=version, attributes=attributes, updated_at=now)
-        if schedule["in_flight"] is not None:
-            schedule["in_flight"] = dict(schedule["in_flight"], command_id=f"{host}:{version}")
+        schedule.update({HOST_ID: host, VERSION: version, ATTRIBUTES: attributes, UPDATED_AT: now})
+        if IN_FLIGHT in schedule:
+            schedule[IN_FLIGHT] = dict(schedule[IN_FLIGHT], **{COMMAND_ID: f"{host}:{version}"})
         return json.dumps(host).encode(), json.dumps(schedule, separators=(",", ":")).encode()
 
     def check(self) -> None:

@@ -62,7 +62,7 @@ async def test_a_result_read_again_releases_the_slot_its_lost_release_held(
             # The result was applied before the stop: read again, it is a duplicate.
             await wait_until(
                 lambda: any(
-                    "last_scan_completed" in state
+                    state.last_scan_completed is not None
                     for state in changelog.host_states(settings, "first")
                 ),
                 timeout=10,

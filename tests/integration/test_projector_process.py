@@ -41,9 +41,7 @@ async def test_projector_process_projects_what_a_worker_without_projector_leaves
                 )
             await producer.flush()
             await host_state.wait_for(
-                lambda: (
-                    {state["host_id"] for state in host_state.host_states(settings)} >= set(HOSTS)
-                ),
+                lambda: {state.host_id for state in host_state.host_states(settings)} >= set(HOSTS),
                 timeout=60,
                 what="the worker's state change for every host",
             )

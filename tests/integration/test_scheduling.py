@@ -16,7 +16,6 @@ import pytest
 from kairos.floor.settings import Settings
 from schemas.base import CommandReason, ComplianceState
 from schemas.internal import DispatchRequested
-from schemas.state import HostSchedule
 from schemas.topics import CONFIG_KEY
 from streams import codec
 from tests.support.agents import ScannerFleet, always
@@ -289,9 +288,8 @@ async def test_short_maintenance_ends_at_its_end_while_the_next_scan_is_a_day_aw
     await allow_slow_answers(fast_settings, producer)  # A late result leaves no compliant host.
 
     def states() -> list[dict[str, Any]]:
-        # Read as a consumer reads them, with the contract's model: records leave out defaults.
         return [
-            HostSchedule.model_validate(stored).model_dump(mode="json")
+            stored.model_dump(mode="json")
             for stored in collected.host_states(fast_settings, "short-1")
         ]
 
@@ -450,11 +448,8 @@ async def test_a_replayed_input_changes_nothing_in_the_hosts_changelog(
     created = host_created("again-1")
 
     def records() -> list[dict[str, Any]]:
-        # Read with the contract's model: the stored state leaves out defaults (version 1).
-        return [
-            HostSchedule.model_validate(state).model_dump(mode="json")
-            for state in collected.host_states(settings, "again-1")
-        ]
+        states = collected.host_states(settings, "again-1")
+        return [state.model_dump(mode="json") for state in states]
 
     async with (
         Collector(settings, hosts_changelog(settings)) as collected,
@@ -561,8 +556,7 @@ async def test_a_hosts_changes_handled_together_reach_its_changelog_in_order(
     producer = await start_producer(settings)
 
     def versions() -> list[int]:
-        states = collected.host_states(settings, "order-1")
-        return [HostSchedule.model_validate(state).version for state in states]
+        return [state.version for state in collected.host_states(settings, "order-1")]
 
     async with Collector(settings, hosts_changelog(settings)) as collected:
         await publish(producer, names.object_created, "order-1", host_created("order-1"))

@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import BaseModel
 
 from kairos.floor.settings import Settings
+from schemas.state import HostSchedule
 from schemas.topics import CONFIG_KEY
 from streams.consumer import FETCH_MAX_WAIT_MS
 from streams.topology import HOSTS
@@ -77,14 +78,14 @@ class Collector:
     def values(self, topic: str) -> list[dict[str, Any]]:
         return [json.loads(r.value) for r in self.records if r.topic == topic]
 
-    def host_states(self, settings: Settings, host_id: str | None = None) -> list[dict[str, Any]]:
-        """The host states the worker wrote to its hosts changelog, in order, as they are
-        stored (fields at their defaults left out); tombstones (deletions) left out. Collect
-        `hosts_changelog(settings)` for it."""
+    def host_states(self, settings: Settings, host_id: str | None = None) -> list[HostSchedule]:
+        """The host states the worker wrote to its hosts changelog, in order, read with the
+        contract's model (which gives back the defaults the stored state leaves out);
+        tombstones (deletions) left out. Collect `hosts_changelog(settings)` for it."""
         topic = hosts_changelog(settings)
         key = None if host_id is None else json.dumps(host_id).encode()
         return [
-            json.loads(r.value)
+            HostSchedule.model_validate_json(r.value)
             for r in self.records
             if r.topic == topic and r.value is not None and (key is None or r.key == key)
         ]

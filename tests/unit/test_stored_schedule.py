@@ -1,4 +1,5 @@
-"""The host stage's stored shape: the contract's JSON without defaults, read back unchanged."""
+"""The host stage's stored shape: the contract's JSON under short keys without defaults, read
+back unchanged."""
 
 from __future__ import annotations
 
@@ -61,9 +62,9 @@ def test_attributes_are_stored_only_where_they_differ_from_their_defaults() -> N
     ).schedule
     assert bare is not None and described is not None
 
-    assert "attributes" not in json.loads(stored_schedule(bare))
+    assert "at" not in json.loads(stored_schedule(bare))
     stored = stored_schedule(described)
-    assert json.loads(stored)["attributes"] == {
+    assert json.loads(stored)["at"] == {
         "hostname": "web-1.example",
         "labels": {"env": "prod"},
     }
@@ -76,9 +77,31 @@ def test_a_stored_schedule_names_its_format_and_leaves_out_its_defaults() -> Non
     record = stored_schedule(schedule)
     values = json.loads(record)
 
-    assert values["format"] == STATE_FORMAT
-    assert "maintenance_mode" not in values and "consecutive_scan_failures" not in values
-    assert len(record) < 0.7 * len(schedule.model_dump_json(exclude_none=True))
+    assert values["f"] == STATE_FORMAT == 2
+    assert values["h"] == schedule.host_id and values["ca"] == "2026-03-01T12:00:00Z"
+    assert "m" not in values and "cf" not in values  # maintenance_mode, consecutive failures
+    assert len(record) < 0.5 * len(schedule.model_dump_json(exclude_none=True))
+
+
+def test_a_schedule_in_flight_is_stored_under_short_keys_too() -> None:
+    schedule = issued(onboarded(at=NOW), at=NOW)
+    assert schedule.in_flight is not None
+
+    stored = json.loads(stored_schedule(schedule))["if"]
+
+    assert stored["c"] == schedule.in_flight.command_id
+    assert not {"command_id", "due_at", "claimed_at"} & set(stored)
+
+
+def test_a_record_of_the_first_format_reads_and_is_stored_again_in_the_current_one() -> None:
+    schedule = issued(onboarded(at=NOW), at=NOW)
+    first_format = schedule.model_dump(mode="json", exclude_none=True) | {"format": 1}
+
+    read = HostSchedule.model_validate_json(json.dumps(first_format))
+
+    assert read == schedule.model_copy(update={"format": 1})
+    assert json.loads(stored_schedule(read))["f"] == STATE_FORMAT
+    assert HostSchedule.model_validate_json(stored_schedule(read)) == schedule
 
 
 def test_a_record_written_before_the_compact_shape_still_reads() -> None:
@@ -94,7 +117,7 @@ def test_a_default_left_out_is_given_back_when_read() -> None:
 
     values = json.loads(stored_schedule(schedule))
 
-    assert "is_active" not in values.get("attributes", {})
+    assert "is_active" not in values.get("at", {})
     assert HostSchedule.model_validate_json(json.dumps(values)).attributes.is_active
 
 
