@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -1482,6 +1482,22 @@ def test_due_index_pops_at_most_the_limit_per_tick() -> None:
 
     assert [host for host, _ in first] == ["host-4", "host-3", "host-2"]
     assert [host for host, _ in rest] == ["host-1", "host-0"]
+
+
+def test_due_index_gives_each_wake_up_back_to_the_microsecond() -> None:
+    index = DueIndex()
+    offset = timezone(timedelta(hours=-5))
+    wakes = {
+        f"host-{number}": (NOW + number * timedelta(hours=31, microseconds=7)).astimezone(offset)
+        for number in range(1, 200)
+    }
+    for host, wake in wakes.items():
+        index.set(host, wake)
+    index.set("host-1", wakes["host-1"])  # The same time again: still one wake-up.
+
+    assert index.next_wake() == wakes["host-1"]
+    assert index.due_count(wakes["host-100"]) == 100
+    assert dict(index.pop_due(max(wakes.values()), limit=1_000)) == wakes
 
 
 def _at(minutes: int) -> datetime:
