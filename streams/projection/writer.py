@@ -186,18 +186,10 @@ _DELETE_HOST = (
 
 @dataclass
 class BatchSummary:
-    """What one applied batch did, for lag and throughput measurement."""
+    """What one applied batch did: the changes it applied and the alerts it changed."""
 
     applied: int = 0
-    newest_event_at: datetime | None = None
-    by_type: Counter[str] = field(default_factory=Counter)
     alerts: AlertCounts = field(default_factory=AlertCounts)
-
-    def saw(self, kind: str, at: datetime | None) -> None:
-        self.applied += 1
-        self.by_type[kind] += 1
-        if at is not None and (self.newest_event_at is None or at > self.newest_event_at):
-            self.newest_event_at = at
 
 
 async def apply(
@@ -223,8 +215,7 @@ async def apply(
         summary.alerts.add(
             await alerts.apply_host_alerts(conn, current, applied.held, applied.created_again)
         )
-        for change in hosts:
-            summary.saw("host_state", change.changed_at)
+        summary.applied += len(hosts)
         await _apply_commands(conn, [c for c in changes if isinstance(c, ScanCommand)], summary)
         await _apply_results(conn, [c for c in changes if isinstance(c, ScanCompleted)], summary)
         await _apply_timeouts(conn, [c for c in changes if isinstance(c, CommandTimedOut)], summary)
@@ -451,8 +442,7 @@ async def _apply_results(
             f" FROM {_RESULTS.name} ORDER BY command_id, position) r"
             " WHERE c.command_id = r.command_id AND c.outcome IS NULL"
         )
-    for result in results:
-        summary.saw("scan_result", result.completed_at)
+    summary.applied += len(results)
 
 
 async def _apply_commands(
@@ -474,8 +464,7 @@ async def _apply_commands(
             "UPDATE scan_results SET matched = true WHERE NOT matched AND command_id = ANY(%s)",
             ([c.command_id for c in commands],),
         )
-    for command in commands:
-        summary.saw("scan_command", command.issued_at)
+    summary.applied += len(commands)
 
 
 async def _apply_timeouts(
@@ -489,8 +478,7 @@ async def _apply_timeouts(
             " WHERE command_id = %s AND outcome IS NULL",
             [(t.deadline, t.command_id) for t in timeouts],
         )
-    for timeout in timeouts:
-        summary.saw("command_timed_out", timeout.deadline)
+    summary.applied += len(timeouts)
 
 
 async def _apply_dead_letters(
@@ -505,8 +493,7 @@ async def _apply_dead_letters(
             " ON CONFLICT (event_id) DO NOTHING",
             [_dead_letter_row(d) for d in letters],
         )
-    for letter in letters:
-        summary.saw("dead_letter", letter.received_at)
+    summary.applied += len(letters)
 
 
 async def _apply_config(
@@ -520,7 +507,7 @@ async def _apply_config(
         " updated_at = excluded.updated_at WHERE excluded.version > scheduler_config.version",
         (Jsonb(config.model_dump(mode="json")), config.version),
     )
-    summary.saw("config", None)
+    summary.applied += 1
 
 
 _SCHEDULE_COLUMNS = (
@@ -568,7 +555,7 @@ async def _apply_schedules(
                     Jsonb(state.dropped_occurrences),
                 )  # fmt: skip
                 await cursor.execute(_UPSERT_SCHEDULE, row)
-            summary.saw("schedule_state", change.changed_at)
+            summary.applied += 1
 
 
 async def _apply_schedule_runs(
@@ -601,8 +588,7 @@ async def _apply_schedule_runs(
             " WHERE excluded.outcome <> 'dropped'",
             [_schedule_run_row(r) for r in runs],
         )
-    for run in runs:
-        summary.saw("schedule_run", run.fired_at)
+    summary.applied += len(runs)
 
 
 # The rows below list their columns in the order of their statement's column list, packed: a
