@@ -14,8 +14,9 @@ class DueIndex:
     """Wake-up times of the hosts (or schedules) this worker owns; rebuilt on table recovery.
 
     Times are kept as POSIX seconds: a float is half a datetime's size (24 against 48 bytes a
-    key, held once by the heap and the dict), and a datetime with microseconds comes back
-    from it exactly (a double holds microseconds since 1970 exactly until about 2100)."""
+    key, held once by the heap and the dict), and a datetime comes back from it to the
+    microsecond: rounded to the nearest, which is exact while a double's spacing there stays
+    under a microsecond (until the year 2242)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, str]] = []
