@@ -115,6 +115,16 @@ class DispatchRequested(Contract):
         description="On a host's force request: the host's incarnation, which the dispatcher's"
         " IssuedBeforeForce answer names.",
     )
+    organization: str | None = Field(
+        default=None,
+        description="The host's organization: commands of equal rank are shared fairly between"
+        " organizations.",
+    )
+    promise_at: Timestamp | None = Field(
+        default=None,
+        description="When the host breaks the scan-interval promise (its last scan, or its"
+        " creation, plus max_interval_minutes): a command close to it outranks the others.",
+    )
 
 
 class SlotReleased(Contract):

@@ -36,6 +36,8 @@ from streams.policy.ids import command_id, event_fingerprint, spread_offset_seco
 HOST_OBJECT_TYPE = "host"
 FORCE_PRIORITY = 10
 RECENT_EVENT_IDS_KEPT = 8
+MAX_INTERVAL_MINUTES = SchedulerConfig.model_fields["max_interval_minutes"].default
+"""The promise when no config is at hand (a claim asked again after recovery)."""
 
 HostInput = (
     ObjectEvent
@@ -114,7 +116,7 @@ def decide(
         case HostMaintenanceSet():
             _set_maintenance(draft, event, now=now, config=config)
         case HostScanRequested():
-            ignored = _request_force(draft, now=now)
+            ignored = _request_force(draft, now=now, config=config)
         case HostStatusChanged():
             if event.is_active is not None:
                 draft.values["is_active"] = event.is_active
@@ -268,7 +270,7 @@ def _set_maintenance(
         _leave_maintenance(draft, config)
 
 
-def _request_force(draft: _Draft, *, now: datetime) -> str | None:
+def _request_force(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> str | None:
     """Scan now, whatever the inventory says of the host's activity and status.
 
     An operator forces a scan of a host marked inactive or down to check it (the inventory may
@@ -285,7 +287,7 @@ def _request_force(draft: _Draft, *, now: datetime) -> str | None:
         # moves up; one already out makes the dispatcher answer IssuedBeforeForce.
         in_flight["reason"] = CommandReason.FORCE
         in_flight["priority"] = FORCE_PRIORITY
-        draft.dispatch.append(_dispatch_request(values, in_flight))
+        draft.dispatch.append(_dispatch_request(values, in_flight, config))
         return None
     # A claim an earlier version stored as issued: the force runs right after it completes.
     values["force_requested"] = True
@@ -464,10 +466,12 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
     }
     values["in_flight"] = in_flight
     values["force_requested"] = False
-    draft.dispatch.append(_dispatch_request(values, in_flight))
+    draft.dispatch.append(_dispatch_request(values, in_flight, config))
 
 
-def unissued_claim(schedule: HostSchedule) -> DispatchRequested | None:
+def unissued_claim(
+    schedule: HostSchedule, config: SchedulerConfig | None = None
+) -> DispatchRequested | None:
     """After recovery: the request of the host's claim, which may never have reached the
     dispatcher (the dispatcher absorbs it if it is waiting, in flight or recently released);
     None when there is nothing to ask again. Claims are not marked issued any more, so this is
@@ -475,11 +479,16 @@ def unissued_claim(schedule: HostSchedule) -> DispatchRequested | None:
     in_flight = schedule.in_flight
     if in_flight is None or in_flight.issued_at is not None:
         return None
-    return _dispatch_request(schedule.model_dump(), in_flight.model_dump())
+    values = dict(schedule.__dict__)
+    return _dispatch_request(values, in_flight.model_dump(), config)
 
 
-def _dispatch_request(values: dict[str, Any], in_flight: dict[str, Any]) -> DispatchRequested:
+def _dispatch_request(
+    values: dict[str, Any], in_flight: dict[str, Any], config: SchedulerConfig | None = None
+) -> DispatchRequested:
     forced = in_flight["reason"] == CommandReason.FORCE
+    last_scan = values["last_scan_completed"] or values["created_at"]
+    max_interval = config.max_interval_minutes if config is not None else MAX_INTERVAL_MINUTES
     return DispatchRequested(
         command_id=in_flight["command_id"],
         host_id=values["host_id"],
@@ -491,6 +500,8 @@ def _dispatch_request(values: dict[str, Any], in_flight: dict[str, Any]) -> Disp
         # Only a force request can be answered (IssuedBeforeForce), and the answer must say
         # which incarnation asked: the others leave it out.
         incarnation=values["incarnation"] if forced else None,
+        organization=values["attributes"].organization,
+        promise_at=last_scan + timedelta(minutes=max_interval),
     )
 
 

@@ -340,7 +340,7 @@ class HostStage:
                         await self.guard.unreadable_state(self.hosts, host_id, stored, error)
                         continue
                     self.due_index.set(host_id, wake_at(schedule, config))
-                    request = unissued_claim(schedule)
+                    request = unissued_claim(schedule, config)
                     if request is not None:
                         await self.dispatch(request)
             log.info("due index rebuilt: %d hosts", len(self.due_index))
