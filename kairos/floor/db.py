@@ -35,6 +35,14 @@ async def connect(dsn: str, *, timeout: float = 10.0) -> psycopg.AsyncConnection
         ) from None
 
 
+RENAMED_MIGRATIONS: dict[str, str] = {"020_token_expiry.sql": "007_token_expiry.sql"}
+"""Migrations renamed after release, with the name a database may have recorded them under.
+
+Two migrations once shared the number 007; the token expiry moved to 020 (014-019 were taken).
+A database that applied it under its old name records the new name instead of applying it again.
+"""
+
+
 def migrations() -> list[tuple[str, str]]:
     """(name, sql) of every migration, in order."""
     files = resources.files(MIGRATIONS_PACKAGE)
@@ -60,6 +68,9 @@ async def migrate(dsn: str, *, timeout: float = 10.0) -> list[str]:
             done = {row[0] for row in await cursor.fetchall()}
             for name, sql in migrations():
                 if name in done:
+                    continue
+                if RENAMED_MIGRATIONS.get(name) in done:
+                    await conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (name,))
                     continue
                 await conn.execute(sql.encode())
                 await conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (name,))
