@@ -86,7 +86,7 @@ def create_app(
             timeout=timeout,
             wait_seconds=wait_seconds,
             token_verifier=TokenVerifier(
-                settings.token_secret.get_secret_value(),
+                settings.token_secret_values(),
                 cache_seconds=settings.api_token_cache_seconds,
             ),
         )

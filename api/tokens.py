@@ -2,10 +2,13 @@
 an expiry.
 
 A token is `kairos_<random>.<signature>`, the signature an HMAC-SHA256 of the rest under
-`KAIROS_TOKEN_SECRET`. The API checks the signature first, in memory: a made-up or mangled
-token is refused without touching the database. A well-signed token is then looked up (name,
-role, revocation, expiry) and the answer is kept for `KAIROS_API_TOKEN_CACHE_SECONDS`, so a
-revocation takes effect within that time; an expiry is checked on every request.
+the token secret. Secrets rotate: `KAIROS_TOKEN_SECRETS` lists them newest first, new tokens
+are signed by the first and a token signed by any of them is accepted, so tokens made before
+a rotation keep working until their secret leaves the list. The API checks the signature
+first, in memory: a made-up or mangled token is refused without touching the database. A
+well-signed token is then looked up (name, role, revocation, expiry) and the answer is kept
+for `KAIROS_API_TOKEN_CACHE_SECONDS`, so a revocation takes effect within that time; an
+expiry is checked on every request.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import hmac
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -52,6 +55,13 @@ def is_signed(token: str, secret: str) -> bool:
     if not dot:
         return False
     return hmac.compare_digest(signature.encode(), _signature(body, secret).encode())
+
+
+def is_signed_by_any(token: str, secrets: Sequence[str]) -> bool:
+    """Whether `token` was signed with one of `secrets` (each compared in constant time;
+    every secret is tried, so the answer's timing does not tell which one matched)."""
+    matches = [is_signed(token, secret) for secret in secrets]
+    return any(matches)
 
 
 _TTL = re.compile(r"(?P<amount>[1-9][0-9]{0,5})(?P<unit>[smhd])")
@@ -178,6 +188,9 @@ Lookup = Callable[[str], Awaitable[TokenRecord | None]]
 class TokenVerifier:
     """Decides who a bearer token is, touching the database only for well-signed tokens.
 
+    `secrets` are the token secrets in use, newest first (one string: the only one); a token
+    signed with any of them is well-signed.
+
     Lookups (found or not) are kept per token hash for `cache_seconds`, at most
     `CACHE_MAX_ENTRIES` of them; only signed tokens get that far, so a flood of made-up
     tokens can neither reach the database nor grow the cache.
@@ -185,13 +198,15 @@ class TokenVerifier:
 
     def __init__(
         self,
-        secret: str,
+        secrets: str | Sequence[str],
         *,
         cache_seconds: float,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._secret = secret
+        self._secrets = (secrets,) if isinstance(secrets, str) else tuple(secrets)
+        if not self._secrets:
+            raise ValueError("give at least one token secret")
         self._cache_seconds = cache_seconds
         self._wall_clock = wall_clock
         self._monotonic = monotonic
@@ -201,7 +216,7 @@ class TokenVerifier:
 
     async def verify(self, token: str, lookup: Lookup) -> TokenRecord:
         """The token's record, or TokenRefused; `lookup` is called on a cache miss only."""
-        if not is_signed(token, self._secret):
+        if not is_signed_by_any(token, self._secrets):
             raise TokenRefused("the bearer token is unknown or revoked")
         key = hash_token(token)
         now = self._monotonic()

@@ -28,6 +28,15 @@ class KafkaSecurityProtocol(StrEnum):
 DEV_TOKEN_SECRET = "kairos-dev-secret-change-me"
 
 
+def split_token_secrets(text: str) -> tuple[str, ...]:
+    """`new,old` as its secrets in order; blanks around commas and empty entries dropped."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _plain(value: Any) -> str:
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+
+
 class Settings(BaseSettings):
     """Every knob of a Kairos process. Env names are given in `docs` and the README."""
 
@@ -144,7 +153,14 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8000, ge=1, le=65535, description="API port.")
     token_secret: SecretStr = Field(
         default=SecretStr(DEV_TOKEN_SECRET),
-        description="Secret that signs API tokens; changing it invalidates every token.",
+        description="Secret that signs API tokens; changing it invalidates every token "
+        "(rotate with KAIROS_TOKEN_SECRETS instead).",
+    )
+    token_secrets: SecretStr | None = Field(
+        default=None,
+        description="Comma-separated token secrets, newest first: tokens signed by any are "
+        "accepted, new ones are signed by the first. Set, it replaces KAIROS_TOKEN_SECRET, "
+        "which must then be one of them.",
     )
     api_token_cache_seconds: float = Field(
         default=30.0,
@@ -160,12 +176,35 @@ class Settings(BaseSettings):
         description="Largest request body the API reads; a longer one is answered 413.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _sign_with_the_newest_token_secret(cls, data: Any) -> Any:
+        """With KAIROS_TOKEN_SECRETS, `token_secret` is its first secret, so whatever signs
+        a token signs with the newest."""
+        if not isinstance(data, dict) or data.get("token_secrets") is None:
+            return data
+        listed = split_token_secrets(_plain(data["token_secrets"]))
+        if not listed:
+            raise ValueError("KAIROS_TOKEN_SECRETS names no secret")
+        single = data.get("token_secret")
+        if single is not None and _plain(single) not in listed:
+            raise ValueError(
+                "KAIROS_TOKEN_SECRET is not among KAIROS_TOKEN_SECRETS: list it or unset it"
+            )
+        return {**data, "token_secret": listed[0]}
+
     @model_validator(mode="after")
     def _refuse_default_secret_outside_dev(self) -> Settings:
         if self.env is Environment.PROD:
-            if self.token_secret.get_secret_value() == DEV_TOKEN_SECRET:
-                raise ValueError("KAIROS_TOKEN_SECRET must be set outside dev")
+            if DEV_TOKEN_SECRET in self.token_secret_values():
+                raise ValueError("KAIROS_TOKEN_SECRET(S) must be set outside dev")
         return self
+
+    def token_secret_values(self) -> tuple[str, ...]:
+        """Every secret a token may be signed with, the signing one first."""
+        if self.token_secrets is not None:
+            return split_token_secrets(self.token_secrets.get_secret_value())
+        return (self.token_secret.get_secret_value(),)
 
     @property
     def topics(self) -> TopicNames:

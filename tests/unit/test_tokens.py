@@ -14,9 +14,11 @@ from api.tokens import (
     TokenRefused,
     TokenVerifier,
     is_signed,
+    is_signed_by_any,
     parse_ttl,
     sign,
 )
+from kairos.floor.settings import DEV_TOKEN_SECRET, Environment, Settings
 from schemas.api import Role
 
 SECRET = "unit-secret"
@@ -51,6 +53,15 @@ def test_only_tokens_signed_with_the_secret_pass_the_signature_check() -> None:
     assert not is_signed(TOKEN_PREFIX + "abc", SECRET)  # unsigned, as tokens once were
     assert not is_signed(sign("other_abc", SECRET), SECRET)
     assert not is_signed(sign(TOKEN_PREFIX + "x" * 300, SECRET), SECRET)
+
+
+def test_a_token_signed_by_any_listed_secret_passes_the_signature_check() -> None:
+    old = sign(TOKEN_PREFIX + "old", "old-secret")
+    new = sign(TOKEN_PREFIX + "new", "new-secret")
+    assert is_signed_by_any(old, ["new-secret", "old-secret"])
+    assert is_signed_by_any(new, ["new-secret", "old-secret"])
+    assert not is_signed_by_any(old, ["new-secret"])
+    assert not is_signed_by_any(old, [])
 
 
 class CountingLookup:
@@ -158,3 +169,66 @@ def test_every_route_that_needs_a_caller_authenticates_before_reading_its_body()
         "/readyz",
         "/metrics",
     }
+
+
+def test_a_rotation_keeps_old_tokens_until_their_secret_is_dropped() -> None:
+    old = sign(TOKEN_PREFIX + "before", "old-secret")
+    new = sign(TOKEN_PREFIX + "after", "new-secret")
+    lookup = CountingLookup(
+        {old: TokenRecord("ci", Role.GUEST, None), new: TokenRecord("ops", Role.SECURITY_ADMIN, None)}
+    )
+    before = TokenVerifier("old-secret", cache_seconds=0, wall_clock=lambda: NOW)
+    during = TokenVerifier(["new-secret", "old-secret"], cache_seconds=0, wall_clock=lambda: NOW)
+    after = TokenVerifier(["new-secret"], cache_seconds=0, wall_clock=lambda: NOW)
+    assert asyncio.run(before.verify(old, lookup)).name == "ci"
+    with pytest.raises(TokenRefused):
+        asyncio.run(before.verify(new, lookup))
+    assert asyncio.run(during.verify(old, lookup)).name == "ci"
+    assert asyncio.run(during.verify(new, lookup)).name == "ops"
+    with pytest.raises(TokenRefused, match="unknown or revoked"):
+        asyncio.run(after.verify(old, lookup))
+    assert after.lookups == 0  # refused on the signature alone
+    assert asyncio.run(after.verify(new, lookup)).name == "ops"
+
+
+def test_a_verifier_needs_a_secret() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        TokenVerifier([], cache_seconds=0)
+
+
+def test_the_single_secret_setting_is_a_list_of_one() -> None:
+    settings = Settings.model_validate({"token_secret": "only"})
+    assert settings.token_secret_values() == ("only",)
+    assert settings.token_secret.get_secret_value() == "only"
+
+
+def test_token_secrets_sign_with_the_first_and_accept_every_one() -> None:
+    settings = Settings.model_validate({"token_secrets": " new , old,, "})
+    assert settings.token_secret_values() == ("new", "old")
+    assert settings.token_secret.get_secret_value() == "new"  # what `token create` signs with
+    kept = Settings.model_validate({"token_secret": "old", "token_secrets": "new,old"})
+    assert kept.token_secret.get_secret_value() == "new"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"token_secrets": " , "}, "names no secret"),
+        ({"token_secret": "other", "token_secrets": "new,old"}, "not among"),
+        ({"env": Environment.PROD, "token_secrets": f"new,{DEV_TOKEN_SECRET}"}, "outside dev"),
+        ({"env": Environment.PROD}, "outside dev"),
+    ],
+)
+def test_token_secret_settings_that_make_no_sense_are_refused(
+    values: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        Settings.model_validate(values)
+
+
+def test_token_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAIROS_TOKEN_SECRET", raising=False)
+    monkeypatch.setenv("KAIROS_TOKEN_SECRETS", "fresh,previous")
+    settings = Settings()
+    assert settings.token_secret_values() == ("fresh", "previous")
+    assert settings.token_secret.get_secret_value() == "fresh"
