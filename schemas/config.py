@@ -47,6 +47,21 @@ class SchedulerConfig(Contract):
         description="A waiting command gains one priority step per this many minutes past its "
         "due time (up to the top priority), so low priorities are never starved; 0 = off.",
     )
+    max_concurrent_scans_per_organization: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="Cap on one organization's commands in flight, under the global cap; "
+        "0 = off. Commands of equal priority are shared between organizations in turn.",
+    )
+    promise_guard_minutes: int = Field(
+        default=120,
+        ge=0,
+        le=2880,
+        description="A waiting command whose host breaks its max_interval_minutes promise "
+        "within this many minutes outranks every priority but the top one, earliest promise "
+        "first; 0 = off.",
+    )
     alert_score_drop: int = Field(
         default=20,
         ge=1,
@@ -96,5 +111,7 @@ class ConfigChanges(Contract):
     retry_delay_seconds: int | None = Field(default=None, ge=0, le=86_400)
     initial_spread_seconds: int | None = Field(default=None, ge=0, le=86_400)
     priority_aging_minutes: int | None = Field(default=None, ge=0, le=10_080)
+    max_concurrent_scans_per_organization: int | None = Field(default=None, ge=0, le=100_000)
+    promise_guard_minutes: int | None = Field(default=None, ge=0, le=2880)
     alert_score_drop: int | None = Field(default=None, ge=1, le=100)
     alert_cap_saturated_minutes: int | None = Field(default=None, ge=1, le=1440)

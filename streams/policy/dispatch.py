@@ -1,4 +1,5 @@
-"""The global dispatch queue: releases claimed commands under one fleet-wide cap.
+"""The global dispatch queue: releases claimed commands under one fleet-wide cap, shares
+them fairly between organizations, and puts first the hosts about to break their promise.
 
 Exactly one worker owns the queue at a time (its topic has one partition), so the cap
 needs no lock. The queue is plain in-memory data rebuilt from the dispatcher table.
@@ -7,7 +8,7 @@ needs no lock. The queue is plain in-memory data rebuilt from the dispatcher tab
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -20,6 +21,13 @@ RECENTLY_RELEASED_KEPT = 100_000
 AGED_PRIORITY_CEILING = 10
 """Aging raises a waiting command's rank up to the top priority, never past it: among
 commands at the top, the one due earliest goes first."""
+NO_ORGANIZATION = ""
+"""The share of commands whose request names no organization (generic schedules')."""
+GUARDED = -1
+"""`_pop_best`'s source for a command taken from the promise heads."""
+
+_Entry = tuple[datetime, int, str]
+"""(due_at or promise_at, sequence, command_id): the sequence breaks ties by request order."""
 
 
 @dataclass(frozen=True)
@@ -39,13 +47,47 @@ def aged_priority(request: DispatchRequested, *, now: datetime, aging_minutes: i
     return min(request.priority + steps, AGED_PRIORITY_CEILING)
 
 
-class DispatchQueue:
-    """Waiting requests ordered by (priority desc, due asc) and the set in flight.
+class _Level:
+    """The waiting commands of one priority: per organization a heap by due time, and the
+    organizations in turn (round-robin). An organization is in `turn` while it has a heap."""
 
-    With aging, the rank is `aged_priority` instead of the priority, so a low-priority command
-    that waits long enough is issued before fresher higher-priority ones. Waiting requests are
-    kept in one heap per priority, ordered by due time: within one priority the earliest due
-    is also the most aged, so the next command is the best of at most ten heads.
+    __slots__ = ("heaps", "turn")
+
+    def __init__(self) -> None:
+        self.heaps: dict[str, list[_Entry]] = {}
+        self.turn: deque[str] = deque()
+
+    def push(self, organization: str, entry: _Entry) -> None:
+        heap = self.heaps.get(organization)
+        if heap is None:
+            heap = self.heaps[organization] = []
+            self.turn.append(organization)
+        heapq.heappush(heap, entry)
+
+
+class DispatchQueue:
+    """Waiting requests in rank order, the set in flight, and the count in flight per
+    organization.
+
+    The rank, best first:
+
+    1. with the promise guard on (`promise_guard_minutes` > 0), commands asked at the top
+       priority (a force, a host never scanned) — with it off they rank as in 3;
+    2. commands whose host breaks its scan-interval promise (`promise_at`) within the guard,
+       earliest promise first (earliest-deadline-first meets every deadline that can be met);
+    3. the others by priority (with `aging_minutes` > 0, `aged_priority`), then due time.
+
+    Commands of equal priority are shared between organizations round-robin: each
+    organization with commands waiting at a priority gets one in turn, its earliest due, so
+    one organization's backlog cannot starve another's few. With `org_cap`, an organization
+    with that many commands in flight gets no more until one ends. Commands without an
+    organization (generic schedules') take one turn together and have no organization cap.
+
+    Waiting requests are kept in one heap per (priority, organization) ordered by due time,
+    with a turn per priority, and in one heap per organization ordered by `promise_at`, with
+    a heap of those heaps' heads: the next command is the best of at most ten turns and one
+    guarded head, so `issue` costs O(issued × levels × log) plus organizations skipped at
+    their cap. Entries are dropped lazily when their command has gone or been raised.
 
     Idempotent: a request for a command already waiting, in flight or recently released is
     absorbed (a waiting one may be raised in priority), so replays never double-issue.
@@ -53,8 +95,11 @@ class DispatchQueue:
 
     def __init__(self) -> None:
         self._waiting: dict[str, DispatchRequested] = {}
-        self._levels: dict[int, list[tuple[datetime, int, str]]] = {}
+        self._levels: dict[int, _Level] = {}
+        self._promises: dict[str, list[_Entry]] = {}
+        self._promise_heads: list[tuple[datetime, str]] = []
         self._in_flight: dict[str, tuple[DispatchRequested, datetime]] = {}
+        self._in_flight_by_organization: Counter[str] = Counter()
         self._deadlines: list[tuple[datetime, str]] = []
         self._released: OrderedDict[str, None] = OrderedDict()
         self._sequence = 0
@@ -70,6 +115,17 @@ class DispatchQueue:
 
     def in_flight_ids(self) -> set[str]:
         return set(self._in_flight)
+
+    def in_flight_for(self, organization: str | None) -> int:
+        """Commands in flight for hosts of `organization` (None: without one)."""
+        return self._in_flight_by_organization[organization or NO_ORGANIZATION]
+
+    def is_in_flight(self, command_id: str) -> bool:
+        return command_id in self._in_flight
+
+    def was_released(self, command_id: str) -> bool:
+        """`command_id` ended (or was dropped) recently enough to be remembered."""
+        return command_id in self._released
 
     def waiting_request(self, command_id: str) -> DispatchRequested | None:
         """The request of `command_id` if it waits for a slot (at its highest priority asked)."""
@@ -109,14 +165,25 @@ class DispatchQueue:
             return False
         self._waiting[command] = request
         self._sequence += 1
-        level = self._levels.setdefault(request.priority, [])
-        heapq.heappush(level, (request.due_at, self._sequence, command))
+        organization = organization_of(request)
+        level = self._levels.get(request.priority)
+        if level is None:
+            level = self._levels[request.priority] = _Level()
+        level.push(organization, (request.due_at, self._sequence, command))
+        if request.promise_at is not None:
+            entry = (request.promise_at, self._sequence, command)
+            promises = self._promises.setdefault(organization, [])
+            heapq.heappush(promises, entry)
+            if promises[0] is entry:
+                heapq.heappush(self._promise_heads, (request.promise_at, organization))
         return True
 
     def restore_in_flight(self, request: DispatchRequested, deadline: datetime) -> None:
         """Recovery: a command that was issued before the queue's owner changed."""
         self._waiting.pop(request.command_id, None)
+        self._end_in_flight(request.command_id)
         self._in_flight[request.command_id] = (request, deadline)
+        self._in_flight_by_organization[organization_of(request)] += 1
         heapq.heappush(self._deadlines, (deadline, request.command_id))
 
     def restore_released(self, command_id: str) -> None:
@@ -126,7 +193,7 @@ class DispatchQueue:
 
     def release(self, command_id: str, outcome: ReleaseOutcome) -> bool:
         """Free the slot of `command_id` (or drop it if still waiting); False if unknown."""
-        known = self._in_flight.pop(command_id, None) is not None
+        known = self._end_in_flight(command_id) is not None
         known = self._waiting.pop(command_id, None) is not None or known
         self._remember_released(command_id)
         return known
@@ -139,59 +206,189 @@ class DispatchQueue:
             entry = self._in_flight.get(command)
             if entry is None or entry[1] != deadline:
                 continue
-            del self._in_flight[command]
+            self._end_in_flight(command)
             self._remember_released(command)
             expired.append(entry[0])
         return expired
 
     def issue(
-        self, *, now: datetime, cap: int, timeout: timedelta, aging_minutes: int = 0
+        self,
+        *,
+        now: datetime,
+        cap: int,
+        timeout: timedelta,
+        aging_minutes: int = 0,
+        org_cap: int | None = None,
+        promise_guard_minutes: int = 0,
     ) -> list[Issued]:
         """Release waiting commands in rank order while fewer than `cap` are in flight.
 
-        The rank is the priority, or with `aging_minutes` > 0 the `aged_priority` at `now`;
-        ties go to the earliest due, then to the earliest requested.
+        The rank is the class docstring's; ties go to the organization whose turn it is, then
+        to the earliest due, then to the earliest requested. `org_cap` (None or 0: off)
+        bounds each organization's commands in flight; `promise_guard_minutes` (0: off) is
+        how close to its `promise_at` a command outranks every ordinary priority.
         """
         issued: list[Issued] = []
-        while len(self._in_flight) < cap:
-            command = self._pop_best(now=now, aging_minutes=aging_minutes)
-            if command is None:
-                break
-            request = self._waiting.pop(command)
-            deadline = now + timeout
-            self._in_flight[command] = (request, deadline)
-            heapq.heappush(self._deadlines, (deadline, command))
-            issued.append(Issued(request, command_for(request, issued_at=now, deadline=deadline)))
+        horizon = now + timedelta(minutes=promise_guard_minutes) if promise_guard_minutes else None
+        skipped = _Skipped(org_cap or None)
+        try:
+            while len(self._in_flight) < cap:
+                command = self._pop_best(
+                    now=now, aging_minutes=aging_minutes, horizon=horizon, skipped=skipped
+                )
+                if command is None:
+                    break
+                request = self._waiting.pop(command)
+                deadline = now + timeout
+                self._in_flight[command] = (request, deadline)
+                self._in_flight_by_organization[organization_of(request)] += 1
+                heapq.heappush(self._deadlines, (deadline, command))
+                issued.append(
+                    Issued(request, command_for(request, issued_at=now, deadline=deadline))
+                )
+        finally:
+            self._restore_skipped(skipped)
         return issued
 
     # --- internals ---
-    def _pop_best(self, *, now: datetime, aging_minutes: int) -> str | None:
-        """Pop the best waiting command of all priority levels; None when none waits."""
-        best: tuple[int, datetime, int, int] | None = None
+    def _pop_best(
+        self,
+        *,
+        now: datetime,
+        aging_minutes: int,
+        horizon: datetime | None,
+        skipped: _Skipped,
+    ) -> str | None:
+        """Pop the best waiting command of the guarded heads and every priority's turn; None
+        when none waits (or every one waiting is of an organization at its cap)."""
+        best: tuple[int, int, datetime, int] | None = None
+        source: int | None = None
+        """The priority the best comes from; GUARDED: the promise heads."""
+        organization = NO_ORGANIZATION
         for priority in list(self._levels):
-            head = self._valid_head(priority)
-            if head is None:
+            candidate = self._level_candidate(priority, skipped)
+            if candidate is None:
                 continue
-            due_at, sequence, command = head
+            (due_at, sequence, command), owner = candidate
+            top_first = horizon is not None and priority >= AGED_PRIORITY_CEILING
             rank = aged_priority(self._waiting[command], now=now, aging_minutes=aging_minutes)
-            candidate = (-rank, due_at, sequence, priority)
-            if best is None or candidate < best:
-                best = candidate
-        if best is None:
+            key = (0 if top_first else 2, -rank, due_at, sequence)
+            if best is None or key < best:
+                best, source, organization = key, priority, owner
+        if horizon is not None:
+            guarded = self._guarded_candidate(horizon, skipped)
+            if guarded is not None:
+                (promise_at, sequence, command), owner = guarded
+                key = (1, 0, promise_at, sequence)
+                if best is None or key < best:
+                    best, source, organization = key, GUARDED, owner
+        if source is None:
             return None
-        return heapq.heappop(self._levels[best[3]])[2]
+        if source == GUARDED:
+            return heapq.heappop(self._promises[organization])[2]
+        level = self._levels[source]
+        command = heapq.heappop(level.heaps[organization])[2]
+        level.turn.popleft()  # The organization served had the turn: it goes to the back.
+        level.turn.append(organization)
+        return command
 
-    def _valid_head(self, priority: int) -> tuple[datetime, int, str] | None:
-        """The earliest due entry of a level still waiting at that priority; drops stale ones."""
+    def _level_candidate(self, priority: int, skipped: _Skipped) -> tuple[_Entry, str] | None:
+        """The earliest due command of the organization whose turn it is at `priority`;
+        organizations with nothing left lose their turn, those at their cap are skipped."""
         level = self._levels[priority]
-        while level:
-            head = level[0]
-            request = self._waiting.get(head[2])
-            if request is not None and request.priority == priority:
-                return head
-            heapq.heappop(level)  # Released, or re-queued with a higher priority.
-        del self._levels[priority]
+        turn = level.turn
+        while turn:
+            organization = turn[0]
+            head = self._valid_level_head(level, organization, priority)
+            if head is None:
+                turn.popleft()
+                del level.heaps[organization]
+                continue
+            if skipped.full(organization, self._in_flight_by_organization):
+                turn.popleft()
+                skipped.levels.append((priority, organization))
+                continue
+            return head, organization
+        if not level.heaps:
+            del self._levels[priority]
         return None
+
+    def _valid_level_head(self, level: _Level, organization: str, priority: int) -> _Entry | None:
+        """The earliest due entry still waiting at that priority and organization; drops
+        stale ones (released, issued, or asked again at a higher priority)."""
+        heap = level.heaps[organization]
+        waiting = self._waiting
+        while heap:
+            head = heap[0]
+            request = waiting.get(head[2])
+            if (
+                request is not None
+                and request.priority == priority
+                and organization_of(request) == organization
+            ):
+                return head
+            heapq.heappop(heap)
+        return None
+
+    def _guarded_candidate(self, horizon: datetime, skipped: _Skipped) -> tuple[_Entry, str] | None:
+        """The waiting command with the earliest `promise_at` at or before `horizon`, of an
+        organization below its cap."""
+        heads = self._promise_heads
+        while heads:
+            promise_at, organization = heads[0]
+            if promise_at > horizon:
+                return None
+            head = self._valid_promise_head(organization)
+            if head is None or head[0] != promise_at:
+                heapq.heappop(heads)  # Stale: the organization's head has moved on.
+                if head is not None:
+                    heapq.heappush(heads, (head[0], organization))
+                continue
+            if skipped.full(organization, self._in_flight_by_organization):
+                skipped.promises.append(heapq.heappop(heads))
+                continue
+            return head, organization
+        return None
+
+    def _valid_promise_head(self, organization: str) -> _Entry | None:
+        heap = self._promises.get(organization)
+        if heap is None:
+            return None
+        waiting = self._waiting
+        while heap:
+            head = heap[0]
+            request = waiting.get(head[2])
+            if (
+                request is not None
+                and request.promise_at == head[0]
+                and organization_of(request) == organization
+            ):
+                return head
+            heapq.heappop(heap)
+        del self._promises[organization]
+        return None
+
+    def _restore_skipped(self, skipped: _Skipped) -> None:
+        """Organizations skipped at their cap keep their place for the next pass."""
+        for priority, organization in reversed(skipped.levels):
+            level = self._levels.get(priority)
+            if level is None:
+                level = self._levels[priority] = _Level()
+            if organization in level.heaps:
+                level.turn.appendleft(organization)
+        for head in skipped.promises:
+            heapq.heappush(self._promise_heads, head)
+
+    def _end_in_flight(self, command_id: str) -> DispatchRequested | None:
+        entry = self._in_flight.pop(command_id, None)
+        if entry is None:
+            return None
+        organization = organization_of(entry[0])
+        counts = self._in_flight_by_organization
+        counts[organization] -= 1
+        if counts[organization] <= 0:
+            del counts[organization]
+        return entry[0]
 
     def _remember_released(self, command_id: str) -> None:
         self._released[command_id] = None
@@ -206,6 +403,29 @@ class DispatchQueue:
             if entry is not None and entry[1] == deadline:
                 return
             heapq.heappop(self._deadlines)
+
+
+class _Skipped:
+    """Organizations passed over in one `issue` because they are at their cap: none of their
+    commands ends during the pass, so each is skipped once per turn it holds."""
+
+    __slots__ = ("cap", "levels", "promises")
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self.levels: list[tuple[int, str]] = []
+        self.promises: list[tuple[datetime, str]] = []
+
+    def full(self, organization: str, in_flight: Counter[str]) -> bool:
+        cap = self.cap
+        return (
+            cap is not None and organization != NO_ORGANIZATION and in_flight[organization] >= cap
+        )
+
+
+def organization_of(request: DispatchRequested) -> str:
+    """The organization a request is shared under; NO_ORGANIZATION when it has none."""
+    return request.organization or NO_ORGANIZATION
 
 
 def command_for(

@@ -185,6 +185,8 @@ class Dispatcher:
             cap=config.max_concurrent_scans,
             timeout=timedelta(seconds=config.scan_timeout_seconds),
             aging_minutes=config.priority_aging_minutes,
+            org_cap=config.max_concurrent_scans_per_organization,
+            promise_guard_minutes=config.promise_guard_minutes,
         )
         for command_id in queued:
             # Recorded as waiting only if it still is: an issued entry would replace it at once,
