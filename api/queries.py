@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 
 from api.pagination import CursorKey
 from kairos.floor.db import DatabaseUnavailable
-from kairos.floor.forecast import HostLoad, ScheduledLoad
+from kairos.floor.forecast import HostLoad, ScheduledLoad, measured_scan_seconds
 from kairos.floor.recurrence import next_occurrences
 from schemas.alerts import AlertState, AlertType
 from schemas.api import (
@@ -667,7 +667,8 @@ async def forecast_inputs(
     Hosts: every scannable host (a host with a command in flight counts as due at its
     scheduled time: a little pessimistic). Schedules: each enabled, unpaused schedule's
     occurrences in the horizon, with as many commands as its latest run matched hosts (its
-    static ids before it has run). Durations: the newest successful scans. The promise is
+    static ids before it has run). Durations: the newest successful scans, each from its
+    `started_at`, or from its command's `issued_at` when the agent sent none. The promise is
     `max_interval_minutes` (48 h by default), as `/status`'s past_promise counts it.
     """
     hosts = [
@@ -686,16 +687,22 @@ async def forecast_inputs(
             {},
         )
     ]
-    durations = [
-        float(row["seconds"])
+    # Agents that send no `started_at` are measured from their command's issue instead.
+    measured = (
+        measured_scan_seconds(
+            row["completed_at"], started_at=row["started_at"], issued_at=row["issued_at"]
+        )
         for row in await _rows(
             conn,
-            "SELECT extract(epoch FROM completed_at - started_at)::float8 AS seconds"
-            " FROM scan_results WHERE status = 'succeeded' AND started_at IS NOT NULL"
-            " AND completed_at > started_at ORDER BY completed_at DESC LIMIT %(limit)s",
+            "SELECT r.completed_at, r.started_at, c.issued_at FROM scan_results r"
+            " LEFT JOIN scan_commands c ON c.command_id = r.command_id"
+            " WHERE r.status = 'succeeded'"
+            " AND r.completed_at > coalesce(r.started_at, c.issued_at)"
+            " ORDER BY r.completed_at DESC LIMIT %(limit)s",
             {"limit": FORECAST_DURATIONS_MEASURED},
         )
-    ]
+    )
+    durations = [seconds for seconds in measured if seconds is not None]
     config = await get_config(conn)
     return {
         "hosts": hosts,

@@ -2,12 +2,13 @@
 
 Given every scannable host (when it is due, its interval, when it was last scanned), the
 commands generic schedules will send, the cap on concurrent scans and the measured scan
-duration, `forecast` replays the coming hours as the dispatcher would if nothing changed:
-`cap` slots; commands start in due order (earlier first, then higher priority, then host id)
-as soon as a slot is free; each scan takes the median measured duration; an adaptive host's
-next scan is due its interval after its scan ends. It answers, per hour, how many commands
-come due and how many the cap can run, and which hosts would be scanned later than promised:
-later than their last scan plus the promise (48 h), or plus their interval when that is longer.
+duration (agent start to result, or command issue to result when the agent sent no start),
+`forecast` replays the coming hours as the dispatcher would if nothing changed: `cap` slots;
+commands start in due order (earlier first, then higher priority, then host id) as soon as a
+slot is free; each scan takes the median measured duration; an adaptive host's next scan is
+due its interval after its scan ends. It answers, per hour, how many commands come due and
+how many the cap can run, and which hosts would be scanned later than promised: later than
+their last scan plus the promise (48 h), or plus their interval when that is longer.
 
 Shared by the API (it reads the inputs from the read model) and tests; no I/O, no clock.
 """
@@ -86,6 +87,22 @@ class Forecast:
     @property
     def promise_kept(self) -> bool:
         return not self.misses
+
+
+def measured_scan_seconds(
+    completed_at: datetime, *, started_at: datetime | None, issued_at: datetime | None
+) -> float | None:
+    """How long one successful scan took, from what its result and command say.
+
+    From the agent's `started_at` when it sent one; otherwise from when the command was
+    issued, which adds the time the command waited to be taken (a little long, never short).
+    None when neither is known or the span is not positive (clocks that disagree).
+    """
+    began = started_at if started_at is not None else issued_at
+    if began is None:
+        return None
+    seconds = (completed_at - began).total_seconds()
+    return seconds if seconds > 0 else None
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

@@ -16,6 +16,7 @@ from tests.integration.test_api import (
     P,
     api_settings,
     bearer,
+    insert_command,
     insert_host,
     insert_scan,
     prepare,
@@ -73,3 +74,39 @@ async def test_forecast_names_the_host_one_slot_cannot_reach_in_time(
     assert miss["host_id"] == "h3"
     assert miss["starts_at"].startswith((T0 + 60 * MIN).isoformat()[:16])
     assert too_far.status_code == 422
+
+
+async def test_forecast_measures_scans_without_a_start_from_their_command_issue(
+    bootstrap_servers: str, postgres_server: Callable[[str], str], broker_kind: str
+) -> None:
+    settings = api_settings(bootstrap_servers, postgres_server, broker_kind)
+    tokens = await prepare(settings)
+    async with await connect(settings.database_url) as conn:
+        await insert_host(conn, "h1", T0 + timedelta(hours=1), current_interval_minutes=60)
+        # Agents that send no start: 2, 4 and 6 min from the command's issue to the result.
+        for number, minutes in enumerate((2, 4, 6)):
+            done = T0 - timedelta(hours=number + 1)
+            await insert_command(conn, f"c{number}", "h1", done - minutes * MIN)
+            await insert_scan(conn, f"c{number}", "h1", done, started_at=None)
+        # One with a start (1 min) counts from it, not from its issue 30 min before.
+        await insert_command(conn, "c-started", "h1", T0 - 40 * MIN)
+        await insert_scan(conn, "c-started", "h1", T0 - 10 * MIN, started_at=T0 - 11 * MIN)
+        # Neither a start nor a command (an unmatched result), or a failed scan: not measured.
+        await insert_scan(conn, "c-unknown", "h1", T0 - 5 * MIN, started_at=None)
+        await insert_command(conn, "c-failed", "h1", T0 - 60 * MIN)
+        await insert_scan(
+            conn, "c-failed", "h1", T0 - 2 * MIN, started_at=None, status="failed", score=None
+        )
+        await conn.commit()
+    async with running_api(settings, clock=FrozenClock(T0)) as client:
+        answer = await client.get(
+            f"{P}/forecast", params={"hours": 1}, headers=bearer(tokens[Role.GUEST])
+        )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    # Measured: 60, 120, 240, 360 s: nearest-rank p50 120 s, p90 360 s.
+    assert (body["scan_seconds_p50"], body["scan_seconds_p90"], body["measured_scans"]) == (
+        120,
+        360,
+        4,
+    )

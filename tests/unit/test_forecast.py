@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kairos.floor.forecast import HostLoad, ScheduledLoad, forecast, percentile
+from kairos.floor.forecast import (
+    HostLoad,
+    ScheduledLoad,
+    forecast,
+    measured_scan_seconds,
+    percentile,
+)
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 MIN = timedelta(minutes=1)
@@ -114,3 +120,39 @@ def test_every_due_command_is_started_or_waiting(cap: int, offsets: list[int]) -
     started = sum(h.started for h in result.hourly)
     assert started <= due and result.hourly[-1].backlog == due - started
     assert all(h.started <= h.capacity for h in result.hourly)
+
+
+def test_a_scan_is_measured_from_its_start_when_the_agent_sent_one() -> None:
+    done = NOW + 10 * MIN
+    assert measured_scan_seconds(done, started_at=NOW + 7 * MIN, issued_at=NOW) == 180
+
+
+def test_a_scan_without_a_start_is_measured_from_its_command_issue() -> None:
+    done = NOW + 10 * MIN
+    assert measured_scan_seconds(done, started_at=None, issued_at=NOW) == 600
+
+
+def test_a_scan_with_neither_start_nor_command_or_a_backwards_span_measures_nothing() -> None:
+    done = NOW + 10 * MIN
+    assert measured_scan_seconds(done, started_at=None, issued_at=None) is None
+    assert measured_scan_seconds(done, started_at=done, issued_at=NOW) is None
+    assert measured_scan_seconds(done, started_at=None, issued_at=done + MIN) is None
+
+
+def test_scans_measured_from_issue_replace_the_assumed_duration() -> None:
+    # 52 results with no start, each 90 s after its command went out: the forecast uses 90 s,
+    # not the 300 s it assumes when nothing is measured.
+    spans = [
+        measured_scan_seconds(NOW + timedelta(seconds=90), started_at=None, issued_at=NOW)
+        for _ in range(52)
+    ]
+    result = forecast(
+        now=NOW,
+        hours=1,
+        hosts=[],
+        scheduled=[],
+        max_concurrent_scans=2,
+        scan_seconds=[s for s in spans if s is not None],
+    )
+    assert (result.scan_seconds_p50, result.measured_scans) == (90, 52)
+    assert result.hourly[0].capacity == 80
