@@ -35,6 +35,7 @@ from schemas.api import (
     SchedulerConfigPublic,
     StatusPublic,
     UpcomingScanPublic,
+    WithdrawnClaimPublic,
 )
 from schemas.base import ComplianceState
 from schemas.commands import ADAPTIVE_SCANNER
@@ -133,6 +134,14 @@ UPCOMING = (
 """Served by the index host_schedule_dispatchable (migration 004) in due order."""
 
 
+CLAIMS_WAITING_COUNT = (
+    "SELECT count(*) FROM host_schedule h WHERE in_flight_command_id IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM scan_commands c WHERE c.command_id = h.in_flight_command_id)"
+)
+"""Hosts whose claim has no issued command yet: served by the partial index
+host_schedule_claimed (migration 014) and scan_commands' key."""
+
+
 async def get_status(
     conn: psycopg.AsyncConnection, *, now: datetime, upcoming: int = 10
 ) -> StatusPublic:
@@ -146,6 +155,7 @@ async def get_status(
     by_state = {state.value: 0 for state in ComplianceState}
     by_state.update({row["state"]: int(row["hosts"]) for row in states})
     overdue = await _count(conn, OVERDUE_COUNT, {"now": now})
+    waiting = await _count(conn, CLAIMS_WAITING_COUNT, {})
     due_next_hour = await _count(
         conn, DUE_SOON_COUNT, {"now": now, "until": now + timedelta(hours=1)}
     )
@@ -160,6 +170,8 @@ async def get_status(
         hosts_total=sum(by_state.values()),
         by_state=by_state,
         in_flight=flags.get("in_flight", 0),
+        waiting=waiting,
+        held=0 if config.enabled else waiting,
         maintenance=flags.get("maintenance", 0),
         inactive=flags.get("inactive", 0),
         down=flags.get("down", 0),
@@ -403,10 +415,33 @@ async def get_host(conn: psycopg.AsyncConnection, *, host_id: str) -> HostDetail
     return HostDetailPublic(**row, latest_scan=_scan(scan) if scan else None)
 
 
+async def get_host_attributes(
+    conn: psycopg.AsyncConnection, *, host_id: str
+) -> dict[str, Any] | None:
+    """What inventory last said of a host (`ObjectAttributes` fields), with its current
+    status; None if unknown or deleted."""
+    row = await _one(
+        conn,
+        "SELECT attributes, hostname, organization, labels, status FROM host_schedule"
+        " WHERE host_id = %(host_id)s AND NOT deleted",
+        {"host_id": host_id},
+    )
+    if row is None:
+        return None
+    return {
+        **(row["attributes"] or {}),
+        "hostname": row["hostname"],
+        "organization": row["organization"],
+        "labels": row["labels"] or {},
+        "status": row["status"],
+    }
+
+
 async def list_host_history(
     conn: psycopg.AsyncConnection, *, host_id: str, after: CursorKey | None, limit: int
-) -> tuple[list[ScanResultPublic | CommandPublic], int]:
-    """Results and commands of one host merged newest first; key (at, kind, id) descending."""
+) -> tuple[list[HistoryEntry], int]:
+    """Results, commands and withdrawn claims of one host merged newest first; key (at, kind,
+    id) descending."""
     params: dict[str, Any] = {"host_id": host_id, "limit": limit}
     page_filter = sql.SQL("")
     if after is not None:
@@ -420,6 +455,9 @@ async def list_host_history(
             " FROM scan_results WHERE host_id = %(host_id)s"
             " UNION ALL"
             " SELECT 'command', command_id, issued_at FROM scan_commands"
+            " WHERE host_id = %(host_id)s"
+            " UNION ALL"
+            " SELECT 'withdrawn', command_id, withdrawn_at FROM command_withdrawals"
             " WHERE host_id = %(host_id)s"
             ") entries {page_filter} ORDER BY at DESC, kind DESC, id DESC LIMIT %(limit)s"
         ).format(page_filter=page_filter),
@@ -458,19 +496,43 @@ async def list_host_history(
     count = await _count(
         conn,
         "SELECT (SELECT count(*) FROM scan_results WHERE host_id = %(host_id)s)"
-        " + (SELECT count(*) FROM scan_commands WHERE host_id = %(host_id)s) AS count",
+        " + (SELECT count(*) FROM scan_commands WHERE host_id = %(host_id)s)"
+        " + (SELECT count(*) FROM command_withdrawals WHERE host_id = %(host_id)s) AS count",
         {"host_id": host_id},
     )
-    items: list[ScanResultPublic | CommandPublic] = [
-        scans[entry["id"]] if entry["kind"] == "scan" else commands[entry["id"]]
+    withdrawn_ids = [entry["id"] for entry in entries if entry["kind"] == "withdrawn"]
+    withdrawn = (
+        {
+            row["command_id"]: WithdrawnClaimPublic(**row)
+            for row in await _rows(
+                conn,
+                "SELECT command_id, host_id, reason, withdrawn_at FROM command_withdrawals"
+                " WHERE command_id = ANY(%(ids)s)",
+                {"ids": withdrawn_ids},
+            )
+        }
+        if withdrawn_ids
+        else {}
+    )
+    items: list[HistoryEntry] = [
+        scans[entry["id"]]
+        if entry["kind"] == "scan"
+        else commands[entry["id"]]
+        if entry["kind"] == "command"
+        else withdrawn[entry["id"]]
         for entry in entries
     ]
     return items, count
 
 
-def history_key(entry: ScanResultPublic | CommandPublic) -> CursorKey:
+HistoryEntry = ScanResultPublic | CommandPublic | WithdrawnClaimPublic
+
+
+def history_key(entry: HistoryEntry) -> CursorKey:
     if isinstance(entry, ScanResultPublic):
         return (entry.completed_at, "scan", str(entry.event_id))
+    if isinstance(entry, WithdrawnClaimPublic):
+        return (entry.withdrawn_at, "withdrawn", entry.command_id)
     return (entry.issued_at, "command", entry.command_id)
 
 

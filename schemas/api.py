@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -106,7 +106,19 @@ class StatusPublic(Contract):
     config_version: int
     hosts_total: int = Field(description="Hosts known to the read model (not deleted).")
     by_state: dict[str, int] = Field(description="Hosts per state, `maintenance` included.")
-    in_flight: int = Field(description="Hosts with a scan command outstanding.")
+    in_flight: int = Field(
+        description="Hosts with a scan command outstanding: claimed, waiting for a slot or issued."
+    )
+    waiting: int = Field(
+        default=0,
+        description="Hosts whose claim waits for a slot (claimed, not yet issued): the cap binds,"
+        " or the scheduler is off.",
+    )
+    held: int = Field(
+        default=0,
+        description="Claims held because the scheduler is off: `waiting` while `enabled` is"
+        " false, else 0. They are issued in rank order once it is on again.",
+    )
     maintenance: int
     inactive: int
     down: int
@@ -340,11 +352,24 @@ class HostDetailPublic(Contract):
     )
 
 
-HistoryEntryPublic = Annotated[ScanResultPublic | CommandPublic, Field(discriminator="kind")]
+class WithdrawnClaimPublic(Contract):
+    """A claim withdrawn while it waited for a slot: the host entered maintenance, went down
+    or inactive, or was deleted, before the command was issued. No scanner saw it."""
+
+    kind: Literal["withdrawn"] = "withdrawn"
+    command_id: str
+    host_id: str
+    reason: str = Field(description="maintenance, down, inactive or deleted.")
+    withdrawn_at: Timestamp
+
+
+HistoryEntryPublic = Annotated[
+    ScanResultPublic | CommandPublic | WithdrawnClaimPublic, Field(discriminator="kind")
+]
 
 
 class HostHistoryPublic(Contract):
-    """Scans and commands of one host, newest first."""
+    """Scans, commands and withdrawn claims of one host, newest first."""
 
     data: list[HistoryEntryPublic]
     count: int
@@ -392,3 +417,78 @@ class AlertsPublic(Contract):
     count: int = Field(description="Alerts matching the filters.")
     firing: int = Field(description="Alerts firing now, whatever the filters.")
     next_cursor: str | None = None
+
+
+# --- commands across the fleet, and the workers --------------------------------------------
+
+
+class CommandState(StrEnum):
+    """Where a command is in its life: out and awaiting a result, or ended and how."""
+
+    IN_FLIGHT = "in_flight"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+
+
+class FleetCommandPublic(CommandPublic):
+    """A command in the fleet-wide list: its lifecycle (issued, then a result or its
+    deadline passing: `outcome` and `outcome_at`), its run and its host's organization."""
+
+    command_state: CommandState = Field(
+        description="in_flight until a result or the deadline ends it; then succeeded, failed "
+        "or timed_out."
+    )
+    occurrence: Timestamp | None = Field(
+        description="The schedule occurrence (run) the command was issued for; null for the "
+        "adaptive scheduler's commands and a backfilled run's."
+    )
+    organization: str | None = Field(description="The host's organization, as it is now.")
+
+
+class CommandsPublic(Contract):
+    data: list[FleetCommandPublic]
+    count: int = Field(description="Commands matching the filters, over all pages.")
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `cursor` for the next page; null on the last page."
+    )
+
+
+class WorkerPartitionPublic(Contract):
+    """One partition the worker group consumes: who owns it and how far behind it is."""
+
+    topic: str
+    partition: int
+    owner: str | None = Field(description="The member id assigned the partition; null if none.")
+    committed: int | None = Field(description="The group's committed offset; null if none.")
+    end: int | None = Field(description="The partition's end offset (the next to be written).")
+    lag: int | None = Field(description="end - committed (end when nothing is committed).")
+
+
+class WorkerMemberPublic(Contract):
+    member_id: str
+    client_id: str
+    client_host: str
+    version: str | None = Field(
+        description="The Kairos version, when the client id or the member's metadata carries it."
+    )
+    owns_dispatch: bool = Field(description="Assigned the single dispatch-queue partition.")
+    partitions: list[WorkerPartitionPublic]
+    lag: int = Field(description="Sum of the lag of the partitions assigned to the member.")
+
+
+class WorkersPublic(Contract):
+    """The worker group as Kafka's group coordinator sees it."""
+
+    group_id: str
+    state: str = Field(description="The group's state: Stable, PreparingRebalance, Empty, ...")
+    members: list[WorkerMemberPublic]
+    dispatch_owner: str | None = Field(
+        description="The member id that owns the dispatch queue; null while none does."
+    )
+    unassigned: list[WorkerPartitionPublic] = Field(
+        description="Input partitions no member is assigned (all of them while the group is "
+        "rebalancing or empty)."
+    )
+    lag: int = Field(description="Sum of the lag over every input partition.")
+    observed_at: Timestamp = Field(description="When the broker was asked (answers are cached).")

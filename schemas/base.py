@@ -46,6 +46,15 @@ class HostStatus(StrEnum):
     DOWN = "down"
 
 
+class WithdrawReason(StrEnum):
+    """Why a claim waiting for a slot was withdrawn before it was issued."""
+
+    MAINTENANCE = "maintenance"
+    DOWN = "down"
+    INACTIVE = "inactive"
+    DELETED = "deleted"
+
+
 class CommandReason(StrEnum):
     UNKNOWN = "unknown"
     SCHEDULED = "scheduled"

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import Field
 
-from schemas.base import CommandReason, ComplianceState, Contract, Timestamp
+from schemas.base import CommandReason, ComplianceState, Contract, Timestamp, WithdrawReason
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.config import SchedulerConfig
 from schemas.objects import ObjectEvent
@@ -67,6 +67,18 @@ class IssuedBeforeForce(Contract):
     )
 
 
+class CommandWithdrawn(Contract):
+    """The dispatcher's answer to `ClaimWithdrawn`: the claim no longer waits for a slot (it
+    was dropped from the queue, or the queue no longer knew it), so the host forgets it. A
+    claim already issued gets no answer: its result or timeout ends it as usual."""
+
+    kind: Literal["command.withdrawn"] = "command.withdrawn"
+    event_id: UUID
+    host_id: str
+    command_id: str
+    reason: WithdrawReason
+
+
 class CommandTimedOut(Contract):
     kind: Literal["command.timed_out"] = "command.timed_out"
     host_id: str
@@ -84,7 +96,13 @@ class HostReplanRequested(Contract):
 
 
 HostSignal = Annotated[
-    HostDue | HostsDue | CommandIssued | IssuedBeforeForce | CommandTimedOut | HostReplanRequested,
+    HostDue
+    | HostsDue
+    | CommandIssued
+    | IssuedBeforeForce
+    | CommandWithdrawn
+    | CommandTimedOut
+    | HostReplanRequested,
     Field(discriminator="kind"),
 ]
 
@@ -96,6 +114,7 @@ class ReleaseOutcome(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     SUPERSEDED = "superseded"
+    WITHDRAWN = "withdrawn"
 
 
 class DispatchRequested(Contract):
@@ -138,6 +157,16 @@ class SlotReleased(Contract):
     )
 
 
+class ClaimWithdrawn(Contract):
+    """A host left the scannable set (maintenance, down, inactive) while its claim may still
+    wait for a slot: the dispatcher drops it if it waits, and answers `CommandWithdrawn`."""
+
+    kind: Literal["claim.withdrawn"] = "claim.withdrawn"
+    command_id: str
+    host_id: str
+    reason: WithdrawReason
+
+
 class DispatcherWoken(Contract):
     """Sent by the dispatcher's own timer when a deadline passed or capacity may be free."""
 
@@ -153,12 +182,13 @@ class DispatchBatch(Contract):
 
     kind: Literal["dispatch.batch"] = "dispatch.batch"
     messages: tuple[
-        Annotated[DispatchRequested | SlotReleased, Field(discriminator="kind")], ...
+        Annotated[DispatchRequested | SlotReleased | ClaimWithdrawn, Field(discriminator="kind")],
+        ...,
     ] = Field(min_length=1)
 
 
 DispatchMessage = Annotated[
-    DispatchRequested | SlotReleased | DispatcherWoken | DispatchBatch,
+    DispatchRequested | SlotReleased | ClaimWithdrawn | DispatcherWoken | DispatchBatch,
     Field(discriminator="kind"),
 ]
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from schemas.base import CommandReason, ComplianceState, Contract, HostStatus, Timestamp
+from schemas.base import (
+    CommandReason,
+    ComplianceState,
+    Contract,
+    HostStatus,
+    Timestamp,
+    WithdrawReason,
+)
 from schemas.objects import ObjectAttributes
 
 STATE_FORMAT = 2
@@ -24,7 +31,9 @@ _IN_FLIGHT_KEYS = {
     "claimed_at": "cl",
     "issued_at": "is",
     "deadline": "dl",
+    "withdrawing": "w",
 }
+_WITHDRAWN_KEYS = {"command_id": "c", "reason": "r", "at": "t"}
 _HOST_KEYS = {
     "format": "f",
     "host_id": "h",
@@ -45,6 +54,8 @@ _HOST_KEYS = {
     "due_instance": "di",
     "attempt": "a",
     "in_flight": "if",
+    "withdrawals": "wd",
+    "last_withdrawn": "lw",
     "force_requested": "fr",
     "is_active": "ia",
     "status": "st",
@@ -75,6 +86,22 @@ class InFlightCommand(Contract):
     claimed_at: Timestamp
     issued_at: Timestamp | None = None
     deadline: Timestamp | None = None
+    withdrawing: WithdrawReason | None = Field(
+        default=None,
+        description="The host asked the dispatcher to withdraw this claim if it still waits for"
+        " a slot; the answer (`CommandWithdrawn`) or the command's end clears it.",
+    )
+
+
+class WithdrawnClaim(Contract):
+    """The host's latest claim withdrawn before it was issued: the read model's history
+    keeps each one."""
+
+    model_config = _stored_keys(_WITHDRAWN_KEYS)
+
+    command_id: str
+    reason: WithdrawReason
+    at: Timestamp
 
 
 class HostSchedule(Contract):
@@ -108,6 +135,10 @@ class HostSchedule(Contract):
     due_instance: int = Field(default=1, description="Counts scheduled scans; keys command ids.")
     attempt: int = Field(default=1, description="Attempt of the current due instance.")
     in_flight: InFlightCommand | None = None
+    withdrawals: int = Field(
+        default=0, description="Claims withdrawn before issue; keys command ids from the first."
+    )
+    last_withdrawn: WithdrawnClaim | None = None
     force_requested: bool = False
     is_active: bool = True
     status: HostStatus = HostStatus.UP

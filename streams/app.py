@@ -177,7 +177,10 @@ class Worker:
             return
         now = self.clock.now()
         await self.host_stage.signal_due(now)
-        await self.schedule_stage.tick(now)
+        if self.control.config.enabled:
+            # Off, schedules stay due in their index: once on, the occurrences that came due
+            # meanwhile are missed ones, and each schedule's catch-up policy decides.
+            await self.schedule_stage.tick(now)
         await self.dispatcher.wake_if_needed(now)
 
     async def _serve_metrics(self) -> None:
@@ -199,6 +202,12 @@ class Worker:
             "kairos_waiting_commands",
             "Claimed commands waiting for a slot (dispatch partition owner only).",
             lambda: queue().waiting_count if owned() else 0,
+        )
+        metrics.gauge(
+            "kairos_held_commands",
+            "Commands waiting while the scheduler is off: held, issued once it is on again"
+            " (dispatch partition owner only).",
+            lambda: queue().waiting_count if owned() and not self.control.config.enabled else 0,
         )
         metrics.gauge(
             "kairos_dispatcher_owned", "1 on the worker that holds the cap.", lambda: owned()

@@ -14,6 +14,7 @@ from schemas.base import Timestamp
 from schemas.changes import ScheduleChange
 from schemas.commands import DeadLetter, ScanCommand
 from schemas.internal import (
+    ClaimWithdrawn,
     ControlMessage,
     DispatchMessage,
     DispatchRequested,
@@ -35,7 +36,7 @@ scan_completed = TypeAdapter(ScanCompleted)
 host_signal: TypeAdapter[Any] = TypeAdapter(HostSignal)
 dispatch_message: TypeAdapter[Any] = TypeAdapter(DispatchMessage)
 dispatch_batch_item: TypeAdapter[Any] = TypeAdapter(
-    Annotated[DispatchRequested | SlotReleased, Field(discriminator="kind")]
+    Annotated[DispatchRequested | SlotReleased | ClaimWithdrawn, Field(discriminator="kind")]
 )
 control_message: TypeAdapter[Any] = TypeAdapter(ControlMessage)
 schedule_signal: TypeAdapter[Any] = TypeAdapter(ScheduleSignal)

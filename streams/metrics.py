@@ -52,11 +52,27 @@ class WorkerMetrics:
                 " scanner was in flight on the host.",
             )
         )
+        self.withdrawn = registry.add(
+            Counter(
+                "kairos_commands_withdrawn_total",
+                "Claims withdrawn while they waited for a slot, by reason (maintenance, down,"
+                " inactive, deleted).",
+                ("reason",),
+            )
+        )
         self.timeouts = registry.add(
             Counter("kairos_commands_timed_out_total", "Commands whose deadline passed.")
         )
         self.dead_letters = registry.add(
             Counter("kairos_dead_letters_total", "Records sent to dead-letters.", ("source_topic",))
+        )
+        self.forwarded = registry.add(
+            Counter(
+                "kairos_records_forwarded_total",
+                "Input records found on another partition than their key's (murmur2) and"
+                " forwarded there, by topic (`streams.routing`).",
+                ("topic",),
+            )
         )
         self.recovery_seconds = registry.add(
             Gauge("kairos_recovery_duration_seconds", "Duration of the last table recovery.")

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from schemas.base import CommandReason, ComplianceState, HostStatus
+from schemas.base import CommandReason, ComplianceState, HostStatus, WithdrawReason
 from schemas.changes import HostMaintenanceSet, HostScanRequested, HostStatusChanged
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.config import SchedulerConfig
 from schemas.internal import (
+    ClaimWithdrawn,
     CommandIssued,
     CommandTimedOut,
+    CommandWithdrawn,
     DispatchRequested,
     HostDue,
     HostReplanRequested,
@@ -48,6 +50,7 @@ HostInput = (
     | HostDue
     | CommandIssued
     | IssuedBeforeForce
+    | CommandWithdrawn
     | CommandTimedOut
     | HostReplanRequested
 )
@@ -65,6 +68,8 @@ class Decision:
     changed: bool = False
     dispatch: Sequence[DispatchRequested] = ()
     releases: Sequence[SlotReleased] = ()
+    withdrawals: Sequence[ClaimWithdrawn] = ()
+    """Claims the dispatcher must drop if they still wait (the host left the scannable set)."""
     ignored: str | None = None
     held_busy: bool = False
     """Due, but a schedule's command of the adaptive scanner is in flight on the host: the
@@ -79,6 +84,7 @@ class _Draft:
     scanner_busy: bool = False
     dispatch: list[DispatchRequested] = field(default_factory=list)
     releases: list[SlotReleased] = field(default_factory=list)
+    withdrawals: list[ClaimWithdrawn] = field(default_factory=list)
     held_busy: bool = False
 
 
@@ -130,11 +136,14 @@ def decide(
             ignored = _force_after(draft, event, now=now)
         case CommandTimedOut():
             ignored = _record_timeout(draft, event, now=now, config=config)
+        case CommandWithdrawn():
+            ignored = _record_withdrawal(draft, event, now=now)
         case HostReplanRequested():
             _replan(draft, event, now=now, config=config)
         case HostDue():
             pass  # Only the common tail below: expire maintenance, claim if due.
 
+    _withdraw_if_held(draft)
     _claim_if_due(draft, now=now, config=config)
     decision = _finish(schedule, draft, event_id=event_id, now=now, ignored=ignored)
     if ignored == "stale_result":
@@ -251,6 +260,7 @@ def _on_object_event(
     draft.values["is_active"] = attributes.is_active
     draft.values["status"] = attributes.status
     _expire_maintenance(draft, now, config)
+    _withdraw_if_held(draft)
     _claim_if_due(draft, now=now, config=config)
     return _finish(schedule, draft, event_id=event.event_id, now=now, ignored=None)
 
@@ -345,6 +355,53 @@ def _record_result(
     draft.releases.append(SlotReleased(command_id=result.command_id, outcome=_outcome(result)))
     if values["force_requested"]:
         values["next_scheduled_scan"] = now
+    return None
+
+
+def _withdraw_if_held(draft: _Draft) -> None:
+    """A host in maintenance, down or inactive is not scanned: its claim, if it may still wait
+    for a slot, is withdrawn. Only the dispatcher knows whether it waits, so the host asks and
+    keeps the claim until the answer (`CommandWithdrawn`); a claim already issued runs to its
+    end. A forced claim is kept: a force overrides all three."""
+    values = draft.values
+    in_flight = values["in_flight"]
+    if in_flight is None or in_flight["issued_at"] is not None:
+        return
+    if in_flight["withdrawing"] is not None or in_flight["reason"] == CommandReason.FORCE:
+        return
+    reason = _held_reason(values)
+    if reason is None:
+        return
+    in_flight["withdrawing"] = reason
+    draft.withdrawals.append(
+        ClaimWithdrawn(command_id=in_flight["command_id"], host_id=values["host_id"], reason=reason)
+    )
+
+
+def _held_reason(values: dict[str, Any]) -> WithdrawReason | None:
+    if values["maintenance_mode"]:
+        return WithdrawReason.MAINTENANCE
+    if not values["is_active"]:
+        return WithdrawReason.INACTIVE
+    if values["status"] is HostStatus.DOWN:
+        return WithdrawReason.DOWN
+    return None
+
+
+def _record_withdrawal(draft: _Draft, notice: CommandWithdrawn, *, now: datetime) -> str | None:
+    """The dispatcher dropped the claim before issuing it: the host forgets it, and claims
+    again (with a new command id) as soon as it is scannable and due."""
+    values = draft.values
+    in_flight = values["in_flight"]
+    if in_flight is None or in_flight["command_id"] != notice.command_id:
+        return "stale_withdrawal"
+    values["in_flight"] = None
+    values["withdrawals"] += 1
+    values["last_withdrawn"] = {
+        "command_id": notice.command_id,
+        "reason": notice.reason,
+        "at": now,
+    }
     return None
 
 
@@ -454,7 +511,11 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
     # here to be dumped at once cost 4 µs more per claim).
     in_flight = {
         "command_id": command_id(
-            values["host_id"], values["due_instance"], values["attempt"], values["incarnation"]
+            values["host_id"],
+            values["due_instance"],
+            values["attempt"],
+            values["incarnation"],
+            values["withdrawals"],
         ),
         "reason": reason,
         "priority": priority,
@@ -463,6 +524,7 @@ def _claim_if_due(draft: _Draft, *, now: datetime, config: SchedulerConfig) -> N
         "claimed_at": now,
         "issued_at": None,
         "deadline": None,
+        "withdrawing": None,
     }
     values["in_flight"] = in_flight
     values["force_requested"] = False
@@ -481,6 +543,17 @@ def unissued_claim(
         return None
     values = dict(schedule.__dict__)
     return _dispatch_request(values, in_flight.model_dump(), config)
+
+
+def withdrawal_pending(schedule: HostSchedule) -> ClaimWithdrawn | None:
+    """After recovery: the withdrawal the host asked for and has no answer to; asked again
+    (after its claim's request, which recovery asks again first)."""
+    in_flight = schedule.in_flight
+    if in_flight is None or in_flight.withdrawing is None:
+        return None
+    return ClaimWithdrawn(
+        command_id=in_flight.command_id, host_id=schedule.host_id, reason=in_flight.withdrawing
+    )
 
 
 def _dispatch_request(
@@ -536,6 +609,7 @@ def _finish(
         before is not None
         and not draft.dispatch
         and not draft.releases
+        and not draft.withdrawals
         and _same_schedule(_draft_values(before), values)
     )
     if unchanged:
@@ -550,6 +624,7 @@ def _finish(
         changed=True,
         dispatch=tuple(draft.dispatch),
         releases=tuple(draft.releases),
+        withdrawals=tuple(draft.withdrawals),
         ignored=ignored,
         held_busy=draft.held_busy,
     )

@@ -9,14 +9,21 @@ _COMMANDS = uuid.UUID("6f1c4a52-8a3e-4d67-9d1b-5f7c0e2b9a10")
 _MESSAGES = uuid.UUID("0b7e9c3d-2f41-4a8e-b6d5-91a3c7e4f208")
 
 
-def command_id(host_id: str, due_instance: int, attempt: int, incarnation: str = "") -> str:
+def command_id(
+    host_id: str, due_instance: int, attempt: int, incarnation: str = "", withdrawals: int = 0
+) -> str:
     """One id per (host, due instance, attempt): re-sent commands keep it, retries change it.
 
-    `incarnation` tells apart a host deleted and created again, whose counters restart.
+    `incarnation` tells apart a host deleted and created again, whose counters restart;
+    `withdrawals` tells apart claims of one due instance withdrawn before they were issued.
     The text of `uuid.uuid5(_COMMANDS, name)`, without building a UUID to format it: 2.2
     against 5.9 µs (offline), once per claim.
     """
     name = f"{host_id}/{incarnation}/{due_instance}/{attempt}".encode()
+    if withdrawals:
+        # A claim withdrawn before issue is released for good: the next one needs its own id.
+        # Left out while 0, so every id made before withdrawals existed stays the same.
+        name += b"/w%d" % withdrawals
     digest = bytearray(hashlib.sha1(_COMMANDS.bytes + name).digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
     digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant

@@ -216,6 +216,7 @@ async def apply(
             await alerts.apply_host_alerts(conn, current, applied.held, applied.created_again)
         )
         summary.applied += len(hosts)
+        await _apply_withdrawals(conn, host_changes)
         await _apply_commands(conn, [c for c in changes if isinstance(c, ScanCommand)], summary)
         await _apply_results(conn, [c for c in changes if isinstance(c, ScanCompleted)], summary)
         await _apply_timeouts(conn, [c for c in changes if isinstance(c, CommandTimedOut)], summary)
@@ -231,6 +232,29 @@ async def apply(
         if also is not None:
             await also(summary)
     return summary
+
+
+_INSERT_WITHDRAWAL = (
+    "INSERT INTO command_withdrawals (command_id, host_id, reason, withdrawn_at)"
+    " VALUES (%s, %s, %s, %s) ON CONFLICT (command_id) DO NOTHING"
+)
+
+
+async def _apply_withdrawals(
+    conn: psycopg.AsyncConnection, changes: Iterable[HostStateChanged]
+) -> None:
+    """Every withdrawal the batch's changes recorded, each kept once: the change that records
+    one is stamped with its instant, and later ones carry it unchanged."""
+    rows = [
+        (withdrawn.command_id, schedule.host_id, withdrawn.reason.value, withdrawn.at)
+        for schedule in (change.schedule for change in changes)
+        if schedule is not None
+        and (withdrawn := schedule.last_withdrawn) is not None
+        and withdrawn.at == schedule.updated_at
+    ]
+    if rows:
+        async with conn.cursor() as cursor:
+            await cursor.executemany(_INSERT_WITHDRAWAL, rows)
 
 
 def _last_incarnation(changes: Iterable[HostStateChanged]) -> list[HostStateChanged]:

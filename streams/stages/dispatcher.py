@@ -17,13 +17,17 @@ from typing import Any
 
 from kairos.floor.clock import Clock
 from kairos.floor.settings import Settings
+from schemas.base import WithdrawReason
 from schemas.commands import ScanCommand
 from schemas.internal import (
+    ClaimWithdrawn,
     CommandTimedOut,
+    CommandWithdrawn,
     DispatchBatch,
     DispatcherWoken,
     DispatchRequested,
     IssuedBeforeForce,
+    ReleaseOutcome,
     SlotReleased,
 )
 from streams import codec
@@ -82,13 +86,15 @@ class Dispatcher:
         self._outbox_ready = asyncio.Event()
         self._released_markers: deque[tuple[datetime, str]] = deque()
 
-    async def request(self, request: DispatchRequested | SlotReleased) -> None:
+    async def request(self, request: DispatchRequested | SlotReleased | ClaimWithdrawn) -> None:
         """Queue a request or a release on the dispatch queue, in the order they are made."""
         await self._direct.send(
             self._names.dispatch_queue, DISPATCH_KEY, codec.encode(request), DISPATCH_PARTITION
         )
 
-    async def request_all(self, messages: Sequence[DispatchRequested | SlotReleased]) -> None:
+    async def request_all(
+        self, messages: Sequence[DispatchRequested | SlotReleased | ClaimWithdrawn]
+    ) -> None:
         """`request` for many, in their order, in as few records as stay well below Kafka's
         message limit (a schedule's request carries its args, up to 16 KiB)."""
         encoded = (codec.encode(message) for message in messages)
@@ -165,8 +171,15 @@ class Dispatcher:
                 ):
                     self._counters["releases_for_another_host"] += 1
                     continue
+                if (
+                    message.outcome is ReleaseOutcome.SUPERSEDED
+                    and queue.waiting_request(message.command_id) is not None
+                ):
+                    self._count_withdrawn(WithdrawReason.DELETED)
                 queue.release(message.command_id, message.outcome)
                 await self._mark_released(message.command_id, now)
+            elif isinstance(message, ClaimWithdrawn):
+                await self._withdraw(message, now)
             elif isinstance(message, DispatcherWoken):
                 self._woken_pending = False
         await self._forget_released_before(now - RELEASED_MARKER_KEPT)
@@ -182,7 +195,8 @@ class Dispatcher:
             )
         issued = queue.issue(
             now=now,
-            cap=config.max_concurrent_scans,
+            # Off: nothing more is issued; what waits is held, in rank order, until it is on.
+            cap=config.max_concurrent_scans if config.enabled else 0,
             timeout=timedelta(seconds=config.scan_timeout_seconds),
             aging_minutes=config.priority_aging_minutes,
             org_cap=config.max_concurrent_scans_per_organization,
@@ -207,6 +221,33 @@ class Dispatcher:
             issued_commands.append(command)
         self._counters["commands_issued"] += len(issued)
 
+    async def _withdraw(self, message: ClaimWithdrawn, now: datetime) -> None:
+        """Drop a host's claim if it still waits, and tell the host it no longer holds one.
+
+        A claim already issued runs to its end (its result or timeout tells the host), and so
+        does one released meanwhile. One the queue never knew, or has forgotten, is answered
+        too: otherwise its host would wait for an answer that never comes."""
+        queue = self.queue
+        command_id = message.command_id
+        if queue.waiting_request(command_id) is not None:
+            queue.release(command_id, ReleaseOutcome.WITHDRAWN)
+            await self._mark_released(command_id, now)
+            self._count_withdrawn(message.reason)
+        elif queue.is_in_flight(command_id) or queue.was_released(command_id):
+            return
+        notice = CommandWithdrawn(
+            event_id=message_id("command-withdrawn", command_id),
+            host_id=message.host_id,
+            command_id=command_id,
+            reason=message.reason,
+        )
+        key = message.host_id.encode()
+        await self._direct.send(self._names.host_signals, key, codec.encode(notice))
+
+    def _count_withdrawn(self, reason: WithdrawReason) -> None:
+        self._counters[f"commands_withdrawn_{reason.value}"] += 1
+        self._metrics.withdrawn.inc(1, reason.value)
+
     async def _tell_issued_before_force(self, request: DispatchRequested) -> None:
         """The one case a host hears back from the dispatcher: its force came too late for
         the command it claimed, so it scans again once that command ends."""
@@ -225,9 +266,11 @@ class Dispatcher:
             return
         queue = self.queue
         deadline = queue.next_deadline()
+        config = self._control.config
         capacity_free = (
-            queue.waiting_count
-            and queue.in_flight_count < self._control.config.max_concurrent_scans
+            config.enabled
+            and queue.waiting_count
+            and queue.in_flight_count < config.max_concurrent_scans
         )
         if capacity_free or (deadline is not None and deadline <= now):
             self._woken_pending = True

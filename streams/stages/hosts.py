@@ -27,6 +27,7 @@ from kairos.floor.settings import Settings
 from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.internal import (
+    ClaimWithdrawn,
     CommandTimedOut,
     DispatchRequested,
     HostDue,
@@ -44,7 +45,7 @@ from streams.due_index import DueIndex
 from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
 from streams.partition_index import HostsByPartition, by_partition
-from streams.policy.host import Decision, decide, unissued_claim, wake_at
+from streams.policy.host import Decision, decide, unissued_claim, wake_at, withdrawal_pending
 from streams.policy.schedule_commands import origin_of
 from streams.stages.control import Control
 from streams.stages.dispatcher import Dispatcher
@@ -106,7 +107,7 @@ class HostStage:
         self.guard = guard
         self._metrics = metrics
         self._counters = counters
-        self._gathered: list[DispatchRequested | SlotReleased] | None = None
+        self._gathered: list[DispatchRequested | SlotReleased | ClaimWithdrawn] | None = None
         """While a pass over many hosts runs: their requests, sent as one batch at its end."""
         self._handing_over = False
         """The consumer's slice ends after the record in hand (`hand_over`)."""
@@ -254,7 +255,7 @@ class HostStage:
                 await direct.put_queued(self.hosts, host_id, encoded, partition)
                 if before is None:  # a host read from the table is in the index already
                     self.hosts_by_partition.add(host_id)
-        for message in (*decision.dispatch, *decision.releases):
+        for message in (*decision.dispatch, *decision.releases, *decision.withdrawals):
             await self.dispatch(message)
         if decision.held_busy:
             # Woken when the schedule's command ends (`wake_host`); the recheck covers an end
@@ -265,7 +266,7 @@ class HostStage:
         else:
             self.due_index.set(host_id, wake_at(after, self._control.config) if after else None)
 
-    async def dispatch(self, message: DispatchRequested | SlotReleased) -> None:
+    async def dispatch(self, message: DispatchRequested | SlotReleased | ClaimWithdrawn) -> None:
         """Hand a request or a release to the dispatcher; the schedule stage's way there too."""
         if self._gathered is not None:
             self._gathered.append(message)
@@ -343,6 +344,9 @@ class HostStage:
                     request = unissued_claim(schedule, config)
                     if request is not None:
                         await self.dispatch(request)
+                    withdrawal = withdrawal_pending(schedule)
+                    if withdrawal is not None:
+                        await self.dispatch(withdrawal)
             log.info("due index rebuilt: %d hosts", len(self.due_index))
 
         return rebuild()
