@@ -1,4 +1,5 @@
-"""Hosts: lists, one host's schedule and history, maintenance and forced scans."""
+"""Hosts: lists, one host's schedule and history, maintenance and forced scans, and the
+inventory writes (add, import, deactivate, reactivate, delete) as `object-created` events."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from api.errors import (
 from api.pagination import decode_cursor, split_page
 from api.routes import PREFIX
 from api.routes.host_import import parse_import
-from api.writes import WaitDep, answer, stamp, write_answers
+from api.writes import EVENT_ID_DOC, WaitDep, answer, stamp, write_answers
 from schemas.api import (
     Accepted,
     HostCreate,
@@ -43,7 +44,7 @@ from schemas.api import (
 )
 from schemas.base import ComplianceState
 from schemas.changes import HostMaintenanceSet, HostScanRequested
-from schemas.objects import ObjectAttributes, ObjectEvent
+from schemas.objects import ObjectAttributes, ObjectEvent, Operation
 
 router = APIRouter(prefix=PREFIX, tags=["hosts"], route_class=AuthenticatedRoute)
 
@@ -280,3 +281,123 @@ async def force_scan(
         read=lambda: queries.get_host(conn, host_id=host_id),
         shows_change=lambda host: host.version > before.version,
     )
+
+
+async def _publish_activity(
+    host_id: str,
+    active: bool,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    wait: WaitDep,
+) -> JSONResponse:
+    """An `object-created` update carrying the host's current attributes, `is_active` set."""
+    before = await _known_host(conn, host_id)
+    current = await queries.get_host_attributes(conn, host_id=host_id)
+    if current is None:
+        raise HostNotFound(f"host {host_id!r} is not in the read model")
+    stamped = stamp(caller, clock)
+    event = ObjectEvent(
+        event_id=stamped["event_id"],
+        occurred_at=stamped["occurred_at"],
+        object_type=HOST_OBJECT_TYPE,
+        object_id=host_id,
+        operation=Operation.UPDATED,
+        attributes=ObjectAttributes.model_validate({**current, "is_active": active}),
+    )
+    receipt = await publisher.publish_object(event)
+    unchanged = before.is_active == active
+    return await answer(
+        receipt,
+        wait=wait,
+        read=lambda: queries.get_host(conn, host_id=host_id),
+        shows_change=lambda host: (
+            (host.version > before.version or unchanged) and host.is_active == active
+        ),
+    )
+
+
+@router.post(
+    "/hosts/{host_id}/deactivate",
+    status_code=202,
+    response_model=Accepted,
+    responses={**write_answers(HostDetailPublic), **NOT_FOUND},
+)
+async def deactivate_host(
+    host_id: HostId,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    wait: WaitDep,
+) -> JSONResponse:
+    """Stop scanning a host but keep it: an `object-created` update with `is_active` false and
+    every other attribute as the read model holds it. Its waiting claim is withdrawn."""
+    return await _publish_activity(host_id, False, conn, publisher, clock, caller, wait)
+
+
+@router.post(
+    "/hosts/{host_id}/reactivate",
+    status_code=202,
+    response_model=Accepted,
+    responses={**write_answers(HostDetailPublic), **NOT_FOUND},
+)
+async def reactivate_host(
+    host_id: HostId,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    wait: WaitDep,
+) -> JSONResponse:
+    """Scan an inactive host again (at once if it is due): an `object-created` update with
+    `is_active` true and every other attribute as the read model holds it."""
+    return await _publish_activity(host_id, True, conn, publisher, clock, caller, wait)
+
+
+@router.delete(
+    "/hosts/{host_id}",
+    status_code=202,
+    response_model=Accepted,
+    responses={
+        **write_answers(),
+        200: {
+            "model": Accepted,
+            "description": "With wait=true: the read model no longer shows the host "
+            '(`status` is "deleted").',
+            "headers": EVENT_ID_DOC,
+        },
+        **NOT_FOUND,
+    },
+)
+async def delete_host(
+    host_id: HostId,
+    conn: ConnDep,
+    publisher: PublisherDep,
+    clock: ClockDep,
+    caller: AdminDep,
+    wait: WaitDep,
+) -> JSONResponse:
+    """Remove a host from the fleet: published as `object-created` with operation `deleted`.
+
+    Its schedule and any command in flight end; its scan history stays readable by command.
+    Created again under the same id, it starts over as a new host.
+    """
+    await _known_host(conn, host_id)
+    stamped = stamp(caller, clock)
+    event = ObjectEvent(
+        event_id=stamped["event_id"],
+        occurred_at=stamped["occurred_at"],
+        object_type=HOST_OBJECT_TYPE,
+        object_id=host_id,
+        operation=Operation.DELETED,
+    )
+    receipt = await publisher.publish_object(event)
+
+    async def gone() -> Accepted | None:
+        if await queries.get_host(conn, host_id=host_id) is not None:
+            return None
+        return Accepted(event_id=receipt.event_id, status="deleted")
+
+    return await answer(receipt, wait=wait, read=gone, shows_change=lambda _: True)
