@@ -40,7 +40,10 @@ WaitOpt = Annotated[
     bool, typer.Option(help="Wait (up to 5 s) until the read model shows the change.")
 ]
 
-hosts_app = typer.Typer(help="Hosts: add, import, list, show, force a scan, maintenance.")
+hosts_app = typer.Typer(
+    help="Hosts: add, import, list, show, force a scan, maintenance, deactivate, reactivate, "
+    "delete."
+)
 config_app = typer.Typer(help="The scheduler configuration.")
 schedules_app = typer.Typer(
     help="Generic schedules (cron, interval, RRULE, triggers). A schedule's name is its id."
@@ -450,6 +453,42 @@ def hosts_maintenance(
             + (f" until {host['maintenance_until']}" if host.get("maintenance_until") else "")
         ),
     )
+
+
+@hosts_app.command("deactivate")
+def hosts_deactivate(
+    host_id: str, wait: WaitOpt = True, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Stop scanning a host but keep it, every other attribute as is (needs SECURITY_ADMIN)."""
+    with api_errors():
+        answer = client(token).post(
+            f"{SCHEDULER}/hosts/{_path(host_id)}/deactivate", wait=wait or None
+        )
+    _accepted(answer, as_json, lambda host: f"{host['host_id']}: inactive")
+
+
+@hosts_app.command("reactivate")
+def hosts_reactivate(
+    host_id: str, wait: WaitOpt = True, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Scan an inactive host again, at once if it is due (needs SECURITY_ADMIN)."""
+    with api_errors():
+        answer = client(token).post(
+            f"{SCHEDULER}/hosts/{_path(host_id)}/reactivate", wait=wait or None
+        )
+    _accepted(answer, as_json, lambda host: f"{host['host_id']}: active")
+
+
+@hosts_app.command("delete")
+def hosts_delete(
+    host_id: str, wait: WaitOpt = True, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Remove a host from the fleet; its commands end (needs SECURITY_ADMIN)."""
+    with api_errors():
+        answer = client(token).request(
+            "DELETE", f"{SCHEDULER}/hosts/{_path(host_id)}", query={"wait": wait or None}
+        )
+    _accepted(answer, as_json, lambda _: f"deleted {host_id}")
 
 
 # --- config ------------------------------------------------------------------------------

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kairos.floor.db import connect
@@ -107,3 +109,38 @@ async def test_a_host_is_deactivated_reactivated_and_deleted_keeping_its_attribu
         back = await client.post(f"{P}/hosts", params={"wait": "true"}, json=HOST, headers=admin)
         assert back.status_code == 200, back.text
         assert back.json()["is_active"] is True
+
+
+async def test_kairos_hosts_deactivate_reactivate_and_delete_through_the_api(
+    settings: Settings, workers
+) -> None:
+    from typer.testing import CliRunner
+
+    from kairos.cli import app
+    from tests.integration.test_console import serving
+
+    tokens = await prepare(settings)
+    workers(settings)
+    runner = CliRunner()
+    with serving(settings) as base:
+
+        def kairos(*args: str, role: Role = Role.SECURITY_ADMIN) -> tuple[int, str]:
+            env = {"KAIROS_API_URL": base, "KAIROS_TOKEN": tokens[role]}
+            run = runner.invoke(app, list(args), env=env)
+            return run.exit_code, run.output.strip()
+
+        assert kairos("hosts", "add", "web-2", "--hostname", "two.example", "--wait") == (
+            0,
+            "added web-2: state unknown",
+        )
+        assert kairos("hosts", "deactivate", "web-2") == (0, "web-2: inactive")
+        code, output = kairos("hosts", "show", "web-2", "--json", role=Role.GUEST)
+        assert code == 0 and json.loads(output)["is_active"] is False
+        assert json.loads(output)["hostname"] == "two.example"
+        assert kairos("hosts", "reactivate", "web-2") == (0, "web-2: active")
+        assert kairos("hosts", "deactivate", "nope")[0] == 4
+        assert kairos("hosts", "delete", "web-2", role=Role.SECURITY_ANALYST)[0] == 3
+        code, output = kairos("hosts", "delete", "web-2", "--json")
+        assert code == 0 and json.loads(output)["status"] == "deleted"
+        assert kairos("hosts", "show", "web-2", role=Role.GUEST)[0] == 4
+        assert kairos("hosts", "delete", "web-2")[0] == 4
