@@ -71,7 +71,7 @@ class Worker:
             topic_replication_factor=settings.replication_factor,
             producer_acks=-1,
             # Sending costs per request more than per record: a few ms of linger turns
-            # one-record batches into many-record ones (about 1.7x results/s measured).
+            # one-record batches into many-record ones.
             producer_linger=settings.producer_linger_ms / 1000.0,
             consumer_auto_offset_reset="earliest",
             broker_session_timeout=15.0,
@@ -79,10 +79,8 @@ class Worker:
             broker_commit_interval=1.0,
             table_standby_replicas=0,
             # A poll's records, their messages and decoded events are built at once; bounding
-            # the fetch bounds that peak, which pymalloc keeps as the process' size afterwards
-            # (Faust's 1 MiB: worker 1,394–1,406 B/host in `bench memory --quick`; 256 KiB:
-            # 1,058–1,072, for about 9 % more worker CPU per result: bench/README.md, "A
-            # smaller fetch").
+            # the fetch bounds that peak, which pymalloc keeps as the process' size afterwards.
+            # A smaller fetch trades a little CPU per result (more fetches) for that memory.
             consumer_max_fetch_size=settings.consumer_fetch_bytes,
             TableManager=OrderedTableManager,
             **self._faust_security(),
@@ -153,7 +151,7 @@ class Worker:
         """The tick, when the earliest wake-up this worker holds falls due.
 
         A tick every `tick_seconds` alone left a due host waiting half of it on average before
-        it was even signalled: 50 ms of `bench steady`'s p50 at the 0.1 s default. Waking at
+        it was even signalled, which added to every command's lateness. Waking at
         the heap head, no sooner than `TICK_GAP_SECONDS` after the last tick, keeps the ticks
         a batch each when thousands fall due every second.
         """

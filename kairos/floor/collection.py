@@ -2,9 +2,8 @@
 
 With CPython's default thresholds (700, 10, 10) a process that decodes thousands of messages
 per second collects its youngest generation several times per batch, and every few hundred
-batches walks its whole heap: a projector batch of 5,000 host changes decoded at ~37 µs each
-with the defaults and ~12 µs with collection held off (bench/README.md, "The projector: the
-collector's pace, …"). Almost nothing these processes allocate forms cycles; the young
+batches walks its whole heap, which makes decoding a batch several times slower than with
+collection held off. Almost nothing these processes allocate forms cycles; the young
 generations are still collected, only less often.
 """
 

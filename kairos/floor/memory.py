@@ -5,12 +5,11 @@ fetched records by the megabyte. Once they are handled, glibc keeps the freed pa
 returns memory only from the top of its heap, and after a large buffer is freed it serves
 the next ones from the heap too (its mmap threshold rises). The resident size then stays at
 the backlog's high-water mark, which is what an operator sizing a fleet by RSS pays for.
-`malloc_trim(0)` gives the free pages anywhere in the heap back (bench/README.md, "Memory
-handed back after a backlog").
+`malloc_trim(0)` gives the free pages anywhere in the heap back.
 
 The call runs in a thread of its own: ctypes lets go of the GIL for it, so the event loop
-goes on while glibc walks its heap (offline: 174 ms after 700 MB were freed, 0.2 ms with
-nothing to give back).
+goes on while glibc walks its heap, which takes long after a large backlog was freed and
+next to nothing when there is nothing to give back.
 """
 
 from __future__ import annotations

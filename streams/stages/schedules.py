@@ -124,8 +124,9 @@ FAN_OUTS_MAX_BYTES = 500_000
 SCHEDULES_PER_DUE_SIGNAL = 1000
 """Keeps a SchedulesDue signal far below Kafka's 1 MiB message limit (ids: 128 chars at most)."""
 STATES_KEPT = 2048
-"""Decoded schedule states kept for reading again: twice a 1,000-schedule cron minute, at
-about 8 kB each (measured with tracemalloc for a cron schedule), 16 MB at most."""
+"""Decoded schedule states kept for reading again: twice a 1,000-schedule cron minute, so a
+minute's runs read their states from memory while the cache stays bounded however many
+schedules there are."""
 RUN_TIMEOUT = timedelta(hours=24)
 """A tracked run still waiting for results after this is concluded as failed (lost replies)."""
 
@@ -138,8 +139,8 @@ def may_change_triggers(key: bytes | None, raw: bytes | None, triggers: Mapping[
     """Whether a kairos-schedules record must be decoded to keep the trigger index true.
 
     Most records concern schedules without a trigger, known to have none: they are passed
-    over undecoded (every worker reads the whole topic; decoding them all was 4 % of a cron
-    due pass's profile). Every quote inside a JSON string is escaped, so `_TRIGGER_SET` only
+    over undecoded (every worker reads the whole topic, and decoding every record would be
+    work in each due pass for nothing). Every quote inside a JSON string is escaped, so `_TRIGGER_SET` only
     ever matches a key: a schedule with a trigger always holds it, and a key of that name in
     `args` only costs a decode.
     """
@@ -206,8 +207,8 @@ class ScheduleStage:
         """The states last read or stored (`STATES_KEPT` at most, least recently used out),
         each with the very bytes the table holds for it; other bytes under the key are read
         afresh. A run's schedule is read again for its decision's store, for every partition's
-        fan-out reply and for every command's end (reading stored states was 12 % of a cron
-        minute's schedule work when only the last one was kept)."""
+        fan-out reply and for every command's end, so keeping only the last one decoded
+        would decode the same states again and again."""
         # Every table write and send of this stage goes straight to the producer, as the host
         # stage's do (see `streams.direct`): Faust's per-record path cost more than the stage.
         self._direct = direct
@@ -841,8 +842,8 @@ class ScheduleStage:
         """A record keyed by schedule id, on the partition the producer's partitioner would pick.
 
         Like the stage's table writes (`_put`), it is `queue`d: inside the host stage's pass it
-        goes out with the pass's batches, one per topic partition (aiokafka's `send` held 7 %
-        of a cron due pass's samples). Only this stage writes these topics and its tables'
+        goes out with the pass's batches, one per topic partition, rather than an aiokafka
+        `send` per record. Only this stage writes these topics and its tables'
         changelogs, always through `queue`, so two records for one schedule keep their order."""
         partition = partition_of(schedule_id, self.partitions)
         await self._direct.queue(topic, schedule_id.encode(), value, partition)
