@@ -141,8 +141,8 @@ def may_change_triggers(key: bytes | None, raw: bytes | None, triggers: Mapping[
     Most records concern schedules without a trigger, known to have none: they are passed
     over undecoded (every worker reads the whole topic, and decoding every record would be
     work in each due pass for nothing). Every quote inside a JSON string is escaped, so
-    `_TRIGGER_SET` only ever matches a key: a schedule with a trigger always holds it, and a key of that name in
-    `args` only costs a decode.
+    `_TRIGGER_SET` only ever matches a key: a schedule with a trigger always holds it, and a
+    key of that name in `args` only costs a decode.
     """
     if raw is None or key is None or _TRIGGER_SET in raw:
         return True
