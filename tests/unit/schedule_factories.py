@@ -1,4 +1,4 @@
-"""Builders for the generic-schedule unit tests (no tests here).
+"""Builders for the generic-schedule unit tests (beside `factories.py`, the host policy's).
 
 Every builder returns a fresh, immutable value; nothing is shared between tests.
 """

@@ -28,7 +28,7 @@ import pytest
 from cronsim import CronSim, CronSimError
 
 from kairos.floor.recurrence import cron_problem, next_occurrences
-from tests.unit.test_schedules_factories import cron, schedule
+from tests.unit.schedule_factories import cron, schedule
 
 ONE_VALUE_STEP = re.compile(r"\b(\d+)-\1/\d+\b")
 SEED = 14

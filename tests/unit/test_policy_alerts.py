@@ -18,7 +18,7 @@ from streams.policy.alerts import (
     host_alerts,
     schedule_alert,
 )
-from tests.unit.test_schedules_factories import (
+from tests.unit.schedule_factories import (
     T0,
     created_state,
     disabled,

@@ -23,7 +23,7 @@ from kairos.floor.recurrence import (
 )
 from schemas.schedules import ExclusionAction, Schedule, ScheduleStatus
 from streams.policy.schedules import schedule_status
-from tests.unit.test_schedules_factories import (
+from tests.unit.schedule_factories import (
     created_state,
     cron,
     every,

@@ -1,7 +1,8 @@
 """The worker's side of the contract, walked end to end with the pure functions only.
 
-This is what the schedule agent does with each input; the Faust agent reads
-like it: decode -> read table -> call policy -> write table -> send.
+`Worker` below does with each input what the schedule stage (`streams.stages.schedules`) does
+inside the host stage's batch, with the pure functions alone: read the table -> call the policy
+-> write the table -> queue the dispatch requests.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from streams.policy.schedules import (
     wake_at,
 )
 from streams.policy.targets import dispatch_requests, select_targets
-from tests.unit.test_schedules_factories import (
+from tests.unit.schedule_factories import (
     MINUTE,
     T0,
     cron,
@@ -34,7 +35,7 @@ from tests.unit.test_schedules_factories import (
 
 
 class Worker:
-    """A stand-in for the agent: one schedule table, a host view, an outbox."""
+    """A stand-in for the schedule stage: one schedule table, a host view, an outbox."""
 
     def __init__(self, hosts: list[HostSchedule]) -> None:
         self.table: dict[str, ScheduleState] = {}

@@ -21,7 +21,7 @@ from schemas.schedules import (
 from streams.policy.schedule_commands import CommandEntry, counted_once, fan_out_choice
 from streams.policy.schedules import decide_schedule, due_runs, run_outcome
 from streams.policy.targets import dispatch_requests
-from tests.unit.test_schedules_factories import (
+from tests.unit.schedule_factories import (
     MINUTE,
     T0,
     backfill,

@@ -20,7 +20,7 @@ from kairos.floor.recurrence import (
     timezone_problem,
 )
 from schemas.schedules import DstPolicy, ExclusionAction, Schedule
-from tests.unit.test_schedules_factories import HOUR, T0, cron, every, rrule_, schedule
+from tests.unit.schedule_factories import HOUR, T0, cron, every, rrule_, schedule
 
 AMS = "Europe/Amsterdam"
 AMSTERDAM = ZoneInfo(AMS)

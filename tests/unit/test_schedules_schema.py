@@ -19,7 +19,7 @@ from schemas.schedules import (
     ScheduleUpserted,
     Targets,
 )
-from tests.unit.test_schedules_factories import T0, cron, every, rrule_, schedule
+from tests.unit.schedule_factories import T0, cron, every, rrule_, schedule
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ScheduleEvent)
 

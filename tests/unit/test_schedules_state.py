@@ -33,7 +33,7 @@ from streams.policy.schedules import (
     wake_at,
 )
 from streams.policy.targets import occurrence_command_id
-from tests.unit.test_schedules_factories import (
+from tests.unit.schedule_factories import (
     HOUR,
     MINUTE,
     T0,

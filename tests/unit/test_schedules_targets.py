@@ -21,7 +21,7 @@ from streams.policy.targets import (
     occurrence_dispatch_request,
     select_targets,
 )
-from tests.unit.test_schedules_factories import HOUR, SCHEDULE_ID, T0, host, schedule
+from tests.unit.schedule_factories import HOUR, SCHEDULE_ID, T0, host, schedule
 
 VIEW: dict[str, Any] = {
     "hostname": "web-01.prod.example",

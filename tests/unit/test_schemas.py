@@ -54,7 +54,7 @@ from tests.unit.factories import (
     scan_failed,
     scan_succeeded,
 )
-from tests.unit.test_schedules_factories import created_state, cron, schedule
+from tests.unit.schedule_factories import created_state, cron, schedule
 
 NAIVE = datetime(2026, 3, 1, 12, 0)
 schedule_change: TypeAdapter[Any] = TypeAdapter(ScheduleChange)

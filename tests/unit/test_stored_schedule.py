@@ -26,8 +26,8 @@ from tests.unit.factories import (
     scan_failed,
     scanned,
 )
-from tests.unit.test_schedules_factories import created_state, cron, tick
-from tests.unit.test_schedules_factories import schedule as schedule_of
+from tests.unit.schedule_factories import created_state, cron, tick
+from tests.unit.schedule_factories import schedule as schedule_of
 
 
 def _states() -> list[HostSchedule]:
