@@ -163,6 +163,10 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         shown(driver, "h1", lambda element: element.text.startswith("Schedules"))
         assert not driver.find_elements(By.CSS_SELECTOR, "#new-schedule")
         assert not driver.find_elements(By.CSS_SELECTOR, "a[href='#/dead-letters']:not([hidden])")
+        driver.get(f"{base}/#/hosts/edge-1")
+        shown(driver, "h1", lambda element: element.text.startswith("Host edge-1"))
+        for action in ("#force-scan", "#deactivate-host", "#delete-host", "#confirm-delete"):
+            assert not driver.find_elements(By.CSS_SELECTOR, action), action
         shown(driver, "#sign-out").click()
 
         sign_in(driver, base, tokens[Role.SECURITY_ADMIN])
@@ -244,6 +248,22 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         shown(driver, "table", lambda element: "critical" in element.text)
         driver.save_screenshot(str(SCREENSHOT))
 
+        # edge-1 deactivated, reactivated and deleted from its page; each waits for the
+        # projection, then the page shows the host as it now is.
+        driver.get(f"{base}/#/hosts/edge-1")
+        shown(driver, "h1", lambda element: element.text.startswith("Host edge-1"))
+        shown(driver, "#deactivate-host").click()
+        shown(driver, "table", lambda element: "status inactive / up" in element.text)
+        assert "Deactivated" in shown(driver, "#action-result").text
+        shown(driver, "#reactivate-host").click()
+        shown(driver, "table", lambda element: "status active / up" in element.text)
+        assert "Reactivated" in shown(driver, "#action-result").text
+        shown(driver, "#deactivate-host")
+        assert not driver.find_element(By.CSS_SELECTOR, "#confirm-delete").is_displayed()
+        shown(driver, "#delete-host").click()
+        shown(driver, "#confirm-delete", lambda element: "edge-1" in element.text).click()
+        shown(driver, "h1", lambda element: element.text == "Hosts (5)")
+
     # The browser's changes, checked against the API itself.
     app = create_app(settings)
     async with app.router.lifespan_context(app):
@@ -251,7 +271,9 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         async with httpx.AsyncClient(transport=transport, base_url="http://kairos") as client:
             job = (await client.get(f"{J}/nightly-web", headers=admin)).json()
             forecast = (await client.get(f"{P}/forecast", headers=admin)).json()
+            deleted = await client.get(f"{P}/hosts/edge-1", headers=admin)
     assert forecast_says_kept is forecast["promise_kept"]
+    assert deleted.status_code == 404
     assert job["enabled"] is False
     assert job["definition"]["recurrence"] == {"kind": "cron", "expression": "0 3 * * *"}
     assert job["definition"]["targets"]["filter"]["value"] == "prod"

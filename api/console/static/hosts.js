@@ -1,6 +1,6 @@
 // Hosts: a filtered list a page at a time, and one host with its history and actions.
 import { P, api, get, may, query } from "./api.js";
-import { attempt, badge, fill, h, table, when } from "./dom.js";
+import { attempt, badge, fill, h, notice, table, when } from "./dom.js";
 
 const STATES = ["", "unknown", "critical", "low", "partial", "mostly_compliant", "compliant",
   "maintenance"];
@@ -78,6 +78,9 @@ export async function hostView({ main, session, args: [hostId] }) {
             "Maintenance requested.");
         } }, "Put in maintenance")));
   }
+  if (may(session.role, "SECURITY_ADMIN")) {
+    actions.push(...inventoryActions({ main, session, hostId, host, path, result }));
+  }
   const rows = history.data.map(historyRow);
   const more = h("div");
   let cursor = history.next_cursor;
@@ -109,4 +112,34 @@ export async function hostView({ main, session, args: [hostId] }) {
       ["labels", Object.entries(host.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
       ["active / status", `${host.is_active ? "active" : "inactive"} / ${host.status}`]]),
     h("h2", {}, `History (${history.count})`), list, more);
+}
+
+/** Deactivate / reactivate / delete: inventory writes (SECURITY_ADMIN), each waiting for the
+ * read model, then showing the host as it now is. */
+function inventoryActions({ main, session, hostId, host, path, result }) {
+  const thenShow = async (action, done, leave = false) => {
+    const answer = await attempt(result, action, done);
+    if (answer === undefined) return;
+    if (leave) {
+      location.hash = "#/hosts";
+      return;
+    }
+    await hostView({ main, session, args: [hostId] });
+    const late = answer.status === "accepted" ? " The read model does not show it yet." : "";
+    main.querySelector("#action-result")?.replaceChildren(notice(done + late));
+  };
+  const activity = host.is_active
+    ? h("button", { id: "deactivate-host", className: "secondary", onclick: () => thenShow(
+      () => api("POST", `${path}/deactivate?wait=true`),
+      "Deactivated: not scanned until reactivated.") }, "Deactivate")
+    : h("button", { id: "reactivate-host", onclick: () => thenShow(
+      () => api("POST", `${path}/reactivate?wait=true`), "Reactivated.") }, "Reactivate");
+  const confirm = h("button", { id: "confirm-delete", className: "danger", hidden: true,
+    onclick: () => thenShow(() => api("DELETE", `${path}?wait=true`), "Deleted.", true) },
+  `Delete ${hostId} for good`);
+  const ask = h("button", { id: "delete-host", className: "secondary", onclick: () => {
+    ask.hidden = true;
+    confirm.hidden = false;
+  } }, "Delete…");
+  return [activity, ask, confirm];
 }
