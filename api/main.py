@@ -98,7 +98,7 @@ def create_app(
 
     app = FastAPI(
         title="Kairos",
-        version="0.1.0",
+        version="0.42.0",  # The release's, as in pyproject.toml (CHANGELOG.md, "Releasing").
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(reject_unknown_query)],
