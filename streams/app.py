@@ -8,7 +8,8 @@ single-partition dispatch queue and with it the fleet-wide in-flight cap;
 `streams.stages.control` keeps the config the same on every worker. One timer ticks the host
 stage, the schedule stage and the dispatcher, at the earliest wake-up either stage holds; with
 the projector enabled, it runs here too.
-Topics and tables are declared in `streams.topology`. Nothing is built at import time:
+Topics and tables are specified in `streams.topology` (names, partitions, compaction); the
+Faust topic handles opened here use its names. Nothing is built at import time:
 `create_worker(settings)` wires everything.
 """
 

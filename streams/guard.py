@@ -2,7 +2,10 @@
 
 A message that cannot be read, breaks a rule of the contract, or makes its handler raise goes to
 `dead-letters` with the reason, and the stage goes on. Failures of the broker or of Faust are
-not the message's fault: they propagate, and Faust's supervisor restarts the agent.
+not the message's fault: they propagate. An agent's failure is restarted by Faust's supervisor;
+the host stage's batches, which the worker's consumer hands over outside any agent
+(`streams.consumer`), fail the worker instead, which then exits for its inputs to be handled
+again from the last commit.
 """
 
 from __future__ import annotations

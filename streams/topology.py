@@ -1,5 +1,7 @@
-"""Every topic and table the worker uses, declared once: admin creates them from here and the
-worker declares its Faust tables from here.
+"""Every topic and table the worker uses, specified once: `streams.admin` creates the topics
+(partitions, compaction) from here and the worker declares its Faust tables from here. The
+worker's Faust topic handles (`streams.app`) are opened on the same names, from
+`settings.topics`; the two single-partition topics say their one partition there again.
 
 Topic names come from the contract (`schemas.topics`); this module adds what the contract does
 not say: partition counts, compaction, and the Faust tables with their changelog topics.

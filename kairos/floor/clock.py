@@ -1,4 +1,10 @@
-"""Clocks: the only place that reads the wall clock. Everything below takes `now`."""
+"""Clocks: the scheduler's time. Everything below the edges takes `now` from one of these.
+
+Scheduling decisions read time only through a `Clock`, so tests and simulations can freeze or
+speed it. A few edges read the wall clock for their own bookkeeping, outside scheduler time:
+the worker's liveness file (`streams.liveness`), the agent gateway's lease instants
+(`api.agent_gateway`) and token expiry (`api.tokens`, whose wall clock can be passed in).
+"""
 
 from __future__ import annotations
 
