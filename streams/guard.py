@@ -2,10 +2,10 @@
 
 A message that cannot be read, breaks a rule of the contract, or makes its handler raise goes to
 `dead-letters` with the reason, and the stage goes on. Failures of the broker or of Faust are
-not the message's fault: they propagate. An agent's failure is restarted by Faust's supervisor;
-the host stage's batches, which the worker's consumer hands over outside any agent
-(`streams.consumer`), fail the worker instead, which then exits for its inputs to be handled
-again from the last commit.
+not the message's fault: they propagate. On the batch path (the host stage's inputs, handed
+over by the worker's consumer, `streams.consumer`) nothing is restarted: the consumer pauses
+and handles the batch again from its first unacknowledged record. What reaches a Faust agent
+instead (the dispatcher's queue) is restarted by Faust's supervisor.
 """
 
 from __future__ import annotations
