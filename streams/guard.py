@@ -29,8 +29,8 @@ INFRASTRUCTURE_ERRORS = (KafkaError, ConnectionError, FaustError)
 
 Raw = bytes | Callable[[], bytes] | None
 """A message's value, or how to encode it: one handled out of a batch is encoded only if it is
-parked, which almost none is (a cron minute's due pass used to encode each schedule's signal
-and fan-out for nothing)."""
+parked, which almost none is (a cron minute's due pass would otherwise encode each schedule's
+signal and fan-out for nothing)."""
 
 Origin = tuple[str, int | None, int | None, bytes | None, Raw]
 """Where a message came from: topic, partition, offset, key, raw value."""
