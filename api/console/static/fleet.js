@@ -29,11 +29,13 @@ async function render(main, session) {
   const late = status.dispatch_lateness;
   fill(main,
     h("h1", {}, "Fleet status"),
-    status.enabled ? null : notice("Dispatch is paused (scheduler disabled).", true),
+    status.enabled ? null : notice(`Dispatch is paused (scheduler disabled): ${status.held}`
+      + " claimed commands are held, and go out in rank order once it is on again.", true),
     h("div", { className: "cards", id: "fleet-cards" },
       card("hosts", status.hosts_total),
       card("in flight / cap", `${status.in_flight} / ${status.max_concurrent_scans}`,
         h("div", { className: "bar" }, h("div", { style: `width: ${share}%` }))),
+      card(status.enabled ? "waiting for a slot" : "held (scheduler off)", status.waiting),
       card("due in the next hour", status.due_next_hour),
       card("overdue", status.overdue),
       card("past the 48 h promise", status.past_promise),

@@ -52,6 +52,10 @@ function historyRow(entry) {
     return [when(entry.issued_at), "command", `${entry.reason} → ${entry.scanner}`,
       entry.outcome || "in flight", entry.command_id];
   }
+  if (entry.kind === "withdrawn") {
+    return [when(entry.withdrawn_at), "withdrawn", `claim withdrawn before issue (${entry.reason})`,
+      "not scanned", entry.command_id];
+  }
   return [when(entry.completed_at), "result", `${entry.status} score ${entry.score ?? "—"}`,
     entry.error || `${entry.failed} failed / ${entry.passed} passed`, entry.command_id];
 }
