@@ -39,6 +39,8 @@ VALUES = {
     "production": [CHART / "values-production.yaml"],
 }
 RELEASE = "kairos"
+# The first test on a machine builds helm (minutes); the rest take seconds.
+pytestmark = pytest.mark.timeout(1500)
 # The oldest Kubernetes the chart declares (Chart.yaml kubeVersion) and the newest known.
 KUBERNETES_VERSIONS = ("1.25.0", latest_version())
 # Custom resources: kubernetes-validate has no schema for them; their shape is asserted below.
@@ -48,6 +50,7 @@ CUSTOM_KINDS = {
     ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
 }
 KAIROS_WORKLOADS = ("worker", "projector", "api")
+IANA_SVC_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")
 DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -291,8 +294,14 @@ def test_migration_runs_before_install_and_upgrade(production: list[dict[str, An
 
 # --- probes, shutdown, disruption, resources -------------------------------------------------
 def port_of(item: Mapping[str, Any], port: int | str) -> int:
+    """The container port a probe's `port` (a number or a port name) points at."""
     by_name = {p["name"]: p["containerPort"] for p in item["ports"]}
-    return port if isinstance(port, int) else by_name[port]
+    if isinstance(port, int):
+        return port
+    # The schema takes any string here; Kubernetes wants an IANA service name it declares.
+    assert IANA_SVC_NAME.fullmatch(port) and re.search("[a-z]", port), f"bad port {port!r}"
+    assert port in by_name, f"probe port {port!r} is none of {sorted(by_name)}"
+    return by_name[port]
 
 
 @pytest.mark.parametrize("name", VALUES)
