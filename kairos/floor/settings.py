@@ -181,8 +181,8 @@ class Settings(BaseSettings):
     def _sign_with_the_newest_token_secret(cls, data: Any) -> Any:
         """With KAIROS_TOKEN_SECRETS, `token_secret` is its first secret, so whatever signs
         a token signs with the newest."""
-        if not isinstance(data, dict) or data.get("token_secrets") is None:
-            return data
+        if not isinstance(data, dict) or not _plain(data.get("token_secrets") or "").strip():
+            return data  # Unset or empty (as compose passes an unset variable): not in use.
         listed = split_token_secrets(_plain(data["token_secrets"]))
         if not listed:
             raise ValueError("KAIROS_TOKEN_SECRETS names no secret")
@@ -202,9 +202,8 @@ class Settings(BaseSettings):
 
     def token_secret_values(self) -> tuple[str, ...]:
         """Every secret a token may be signed with, the signing one first."""
-        if self.token_secrets is not None:
-            return split_token_secrets(self.token_secrets.get_secret_value())
-        return (self.token_secret.get_secret_value(),)
+        listed = self.token_secrets.get_secret_value() if self.token_secrets else ""
+        return split_token_secrets(listed) or (self.token_secret.get_secret_value(),)
 
     @property
     def topics(self) -> TopicNames:

@@ -175,7 +175,10 @@ def test_a_rotation_keeps_old_tokens_until_their_secret_is_dropped() -> None:
     old = sign(TOKEN_PREFIX + "before", "old-secret")
     new = sign(TOKEN_PREFIX + "after", "new-secret")
     lookup = CountingLookup(
-        {old: TokenRecord("ci", Role.GUEST, None), new: TokenRecord("ops", Role.SECURITY_ADMIN, None)}
+        {
+            old: TokenRecord("ci", Role.GUEST, None),
+            new: TokenRecord("ops", Role.SECURITY_ADMIN, None),
+        }
     )
     before = TokenVerifier("old-secret", cache_seconds=0, wall_clock=lambda: NOW)
     during = TokenVerifier(["new-secret", "old-secret"], cache_seconds=0, wall_clock=lambda: NOW)
@@ -208,6 +211,8 @@ def test_token_secrets_sign_with_the_first_and_accept_every_one() -> None:
     assert settings.token_secret.get_secret_value() == "new"  # what `token create` signs with
     kept = Settings.model_validate({"token_secret": "old", "token_secrets": "new,old"})
     assert kept.token_secret.get_secret_value() == "new"
+    unset = Settings.model_validate({"token_secret": "only", "token_secrets": " "})
+    assert unset.token_secret_values() == ("only",)
 
 
 @pytest.mark.parametrize(
