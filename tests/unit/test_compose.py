@@ -1,8 +1,10 @@
 """The production compose file, Dockerfile and .dockerignore, checked without a Docker engine.
 
-docker-compose.yml cannot be started here, so it must be right by construction: these tests
-parse it and hold it to the Kafka cluster it describes, to the Settings model the Kairos
-processes read, to the CLI they run and to the API routes their health checks call.
+docker-compose.yml cannot be started here, so it must be right by construction: it is
+validated against the compose specification's JSON Schema (as vendored by check-jsonschema),
+which settles its shape, and these tests hold what the schema cannot know to the Kafka cluster
+it describes, to the Settings model the Kairos processes read, to the CLI they run and to the
+API routes their health checks call.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonschema
 import pytest
 import yaml
 from pydantic import AliasChoices, SecretStr
@@ -134,14 +137,12 @@ def quorum_voters(value: str) -> dict[int, tuple[str, int]]:
 
 
 def healthcheck_command(service: Mapping[str, Any]) -> list[str]:
+    """The health check's test in its list form (the schema allows a string or a list)."""
     check = service.get("healthcheck")
     assert check, "no healthcheck"
     assert not check.get("disable", False)
     test = check["test"]
-    if isinstance(test, str):
-        return ["CMD-SHELL", test]
-    assert test[0] in ("CMD", "CMD-SHELL"), test
-    return [str(part) for part in test]
+    return ["CMD-SHELL", test] if isinstance(test, str) else [str(part) for part in test]
 
 
 def settings_env_names() -> set[str]:
@@ -191,6 +192,66 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[Mapping[str, str]
             monkeypatch.setenv(name, value)
 
     return apply
+
+
+# --- the compose specification ----------------------------------------------------------
+def compose_schema() -> dict[str, Any]:
+    """The compose specification's JSON Schema, as check-jsonschema ships it (no network)."""
+    from importlib.resources import files
+
+    vendored = files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    schema = json.loads(vendored.read_text())
+    assert isinstance(schema, dict)
+    return schema
+
+
+@pytest.fixture(scope="module")
+def compose_validator() -> jsonschema.protocols.Validator:
+    schema = compose_schema()
+    assert "draft-07" in schema["$schema"]
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def schema_errors(validator: jsonschema.protocols.Validator, document: Any) -> list[str]:
+    return [
+        f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in validator.iter_errors(document)
+    ]
+
+
+def test_compose_file_follows_the_compose_specification(
+    compose: dict[str, Any],
+    resolved: dict[str, Any],
+    compose_validator: jsonschema.protocols.Validator,
+) -> None:
+    # As written (references unresolved) and as compose sees it once they are resolved.
+    assert schema_errors(compose_validator, compose) == []
+    assert schema_errors(compose_validator, resolved) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("services", "worker", "healtcheck"), {"test": ["CMD", "true"]}),
+        (("services", "api", "depends_on", "postgres", "condition"), "service_ready"),
+        (("services", "worker", "deploy", "replica"), 2),
+        (("services", "projector", "stop_grace_period"), 30),
+    ],
+    ids=["misspelled-key", "unknown-condition", "misspelled-deploy-key", "grace-not-a-duration"],
+)
+def test_the_schema_rejects_a_broken_compose_file(
+    compose: dict[str, Any],
+    compose_validator: jsonschema.protocols.Validator,
+    path: tuple[str, ...],
+    value: Any,
+) -> None:
+    broken = json.loads(json.dumps(compose))
+    parent = broken
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    assert schema_errors(compose_validator, broken)
 
 
 # --- services ------------------------------------------------------------------------------
