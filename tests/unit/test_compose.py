@@ -142,7 +142,11 @@ def healthcheck_command(service: Mapping[str, Any]) -> list[str]:
     assert check, "no healthcheck"
     assert not check.get("disable", False)
     test = check["test"]
-    return ["CMD-SHELL", test] if isinstance(test, str) else [str(part) for part in test]
+    if isinstance(test, str):
+        return ["CMD-SHELL", test]
+    # The schema takes any strings; compose wants CMD or CMD-SHELL first (or NONE: no check).
+    assert test[0] in ("CMD", "CMD-SHELL"), test
+    return [str(part) for part in test]
 
 
 def settings_env_names() -> set[str]:
