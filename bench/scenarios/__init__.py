@@ -36,6 +36,7 @@ SCENARIOS = [
     Scenario(
         "recurrence", 10, "Recurrence micro-benchmark", "bench.scenarios.recurrence", False, False
     ),
+    Scenario("policy", 11, "Policy simulator", "bench.scenarios.policy", False, False),
 ]
 
 
