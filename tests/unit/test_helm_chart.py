@@ -289,7 +289,23 @@ def test_migration_runs_before_install_and_upgrade(production: list[dict[str, An
     job = workload(production, "migration")
     hooks = set(job["metadata"]["annotations"]["helm.sh/hook"].split(","))
     assert hooks == {"pre-install", "pre-upgrade"}
-    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    # A pre-install hook runs before the release's own resources exist: it may use none.
+    released = {
+        (doc["kind"], doc["metadata"]["name"])
+        for doc in production
+        if "helm.sh/hook" not in doc["metadata"].get("annotations", {})
+    }
+    used = {("ServiceAccount", pod.get("serviceAccountName", "default"))}
+    for volume in pod.get("volumes", []):
+        if "configMap" in volume:
+            used.add(("ConfigMap", volume["configMap"]["name"]))
+        if "secret" in volume:
+            used.add(("Secret", volume["secret"]["secretName"]))
+    assert not used & released, (
+        f"the hook needs what the release creates after it: {used & released}"
+    )
 
 
 # --- probes, shutdown, disruption, resources -------------------------------------------------

@@ -150,9 +150,11 @@ durability everywhere. Secrets only ever by secretKeyRef.
 {{- end }}
 {{- end -}}
 
-{{/* Pod-level fields shared by every Kairos pod. */}}
+{{/*
+Pod-level fields shared by every Kairos pod. The ServiceAccount is named by the workloads
+only: the migration hook runs before the release's own resources exist.
+*/}}
 {{- define "kairos.podCommon" -}}
-serviceAccountName: {{ include "kairos.serviceAccountName" . }}
 automountServiceAccountToken: false
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
