@@ -670,6 +670,30 @@ async def get_schedule(conn: psycopg.AsyncConnection, *, name: str) -> Row | Non
     )
 
 
+REFUSED_PREFIXES = ("stale write", "schedule exists")
+"""How the worker's refusals of a schedule write begin (`streams.policy.schedules`)."""
+
+
+async def refused_schedule_changes(
+    conn: psycopg.AsyncConnection, *, schedule_id: str, limit: int = 10, event_id: str | None = None
+) -> list[Row]:
+    """A schedule's changes the worker refused, newest first: dead letters under its key
+    whose reason is a refused write (served by dead_letters_key, migration 018)."""
+    params: dict[str, Any] = {
+        "key": schedule_id,
+        "limit": limit,
+        "patterns": [f"{prefix}:%" for prefix in REFUSED_PREFIXES],
+        "event": f'%"event_id":"{event_id}"%' if event_id else "%",
+    }
+    return await _rows(
+        conn,
+        "SELECT event_id, error, raw, received_at FROM dead_letters"
+        " WHERE key = %(key)s AND error LIKE ANY(%(patterns)s) AND raw LIKE %(event)s"
+        " ORDER BY received_at DESC LIMIT %(limit)s",
+        params,
+    )
+
+
 _RUNS_OF = "schedule_runs WHERE schedule_id = %(id)s AND incarnation = %(incarnation)s"
 """The runs of one incarnation: a schedule created again under a deleted one's name has its own."""
 

@@ -636,6 +636,23 @@ class ScheduleUpserted(_ScheduleChange):
 
     type: Literal["schedule.upserted"] = "schedule.upserted"
     schedule: Schedule
+    create_only: bool = Field(
+        default=False,
+        description="Create, never replace: refused (to dead-letters, with the reason) when a"
+        " schedule of this id exists. The API's create sets it.",
+    )
+    expected_version: int | None = Field(
+        default=None,
+        ge=1,
+        description="Replace only the schedule at this version (the API sends its If-Match):"
+        " refused when the schedule has changed since, or no longer exists. None: any version.",
+    )
+    expected_incarnation: str | None = Field(
+        default=None,
+        max_length=255,
+        description="With expected_version: the incarnation it belongs to, so a schedule"
+        " deleted and created again since is not mistaken for the one read.",
+    )
 
     @model_validator(mode="after")
     def _same_id(self) -> ScheduleUpserted:
@@ -653,6 +670,12 @@ class ScheduleDeleted(_ScheduleChange):
     system: bool = Field(
         default=False, description="Set by the API for SUPER_ADMIN: may delete a system schedule."
     )
+    expected_version: int | None = Field(
+        default=None,
+        ge=1,
+        description="Delete only the schedule at this version (If-Match); None: any version.",
+    )
+    expected_incarnation: str | None = Field(default=None, max_length=255)
 
 
 class ScheduleEnabled(_ScheduleChange):

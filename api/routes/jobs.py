@@ -17,7 +17,11 @@ worker, outside both rooms, so they refuse the same schedules with the same word
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import json
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -35,7 +39,7 @@ from pydantic import (
 from api import queries
 from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, Forbidden, InvalidInput, error_response
-from api.writes import accepted, stamp, write_answers
+from api.writes import EVENT_ID_HEADER, POLL_SECONDS, WaitDep, accepted, stamp, write_answers
 from kairos.floor.recurrence import next_occurrences, schedule_problem
 from schemas.api import ErrorPublic, FieldErrorPublic, Role
 from schemas.schedules import (
@@ -257,9 +261,23 @@ class RunStatsPublic(_Public):
     )
 
 
+class RefusedChangePublic(_Public):
+    """A change of this schedule the worker refused: based on a version it had moved past
+    (a stale If-Match), or a create of a name that existed."""
+
+    event_id: str
+    type: str | None
+    actor: str | None
+    reason: str
+    refused_at: datetime
+
+
 class ScheduledJobDetailPublic(ScheduledJobPublic):
     next_fire_times: list[datetime]
     recent_runs: list[ScheduleRunPublic]
+    refused_changes: list[RefusedChangePublic] = Field(
+        default_factory=list, description="The latest changes the worker refused, newest first."
+    )
 
 
 class ScheduleHistoryPublic(_Public):
@@ -357,29 +375,75 @@ async def list_jobs(
     return ScheduledJobsPublic(data=[_job(row) for row in rows], count=count)
 
 
-@router.post("", status_code=202, responses=write_answers())
+@router.post(
+    "",
+    status_code=202,
+    responses={**write_answers(ScheduledJobPublic), 409: NOT_FOUND[409]},
+)
 async def create_job(
     body: Annotated[ScheduledJobCreate, Body(openapi_examples=SCHEDULE_EXAMPLES)],
     conn: ConnDep,
     publisher: PublisherDep,
     clock: ClockDep,
     caller: AdminDep,
+    wait: WaitDep,
 ) -> JSONResponse:
-    """Create a schedule (its name is its id). A bad cron, RRULE or filter answers 422."""
+    """Create a schedule (its name is its id). A bad cron, RRULE or filter answers 422.
+
+    The worker refuses a create of a name that exists (two creates at once both pass the read
+    model): with `?wait=true` the one refused answers 409."""
     schedule = _validated(body.model_dump(exclude_unset=True))
     if isinstance(schedule, JSONResponse):
         return schedule
     _guard_system(caller, is_system=schedule.is_system, action="creating")
     if await queries.get_schedule(conn, name=schedule.name) is not None:
         raise HTTPException(409, f"a schedule named {schedule.name!r} exists; PATCH it")
-    return await _publish_upsert(schedule, publisher, clock, caller)
+    event = ScheduleUpserted(
+        **stamp(caller, clock), schedule_id=schedule.id, schedule=schedule, create_only=True
+    )
+    receipt = await publisher.publish(event)
+    created = str(event.event_id)
+    return await _answer_write(
+        conn, wait, event, receipt, lambda row: row is not None and row["incarnation"] == created
+    )
 
 
-async def _publish_upsert(
-    schedule: Schedule, publisher: Any, clock: Any, caller: Any
+async def _answer_write(
+    conn: Any,
+    wait: Any,
+    event: ScheduleUpserted | ScheduleDeleted,
+    receipt: Any,
+    landed: Callable[[dict[str, Any] | None], bool],
 ) -> JSONResponse:
-    event = ScheduleUpserted(**stamp(caller, clock), schedule_id=schedule.id, schedule=schedule)
-    return accepted(await publisher.publish(event))
+    """202 + event id; with `wait`, until the read model shows the change (200 and the
+    schedule, or `{"deleted": true}`) or the worker's refusal of it (412 for a change based on
+    a version it has moved past, 409 for a create of a name that exists), within 5 s."""
+    if not wait.enabled:
+        return accepted(receipt)
+    headers = {EVENT_ID_HEADER: str(event.event_id)}
+    deadline = time.monotonic() + wait.seconds
+    while True:
+        row = await queries.get_schedule(conn, name=event.schedule_id)
+        if landed(row):
+            body = _job(row).model_dump(mode="json") if row is not None else {"deleted": True}
+            return JSONResponse(body, status_code=200, headers=headers)
+        refused = await queries.refused_schedule_changes(
+            conn, schedule_id=event.schedule_id, limit=1, event_id=str(event.event_id)
+        )
+        if refused:
+            reason = refused[0]["error"]
+            status = 409 if reason.startswith(queries.REFUSED_PREFIXES[1]) else 412
+            return error_response(status, reason, headers=headers)
+        if time.monotonic() >= deadline:
+            return accepted(receipt)
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _expected(row: dict[str, Any], if_match: str | None) -> dict[str, Any]:
+    """The version a change based on `row` must still find, when If-Match asked for one."""
+    if if_match is None or if_match.strip() == "*":
+        return {}
+    return {"expected_version": row["version"], "expected_incarnation": row["incarnation"] or "0"}
 
 
 @router.get(
@@ -401,15 +465,33 @@ async def get_job(
     runs, _ = await queries.list_schedule_runs(
         conn, schedule_id=row["schedule_id"], incarnation=row["incarnation"], limit=10
     )
+    refused = await queries.refused_schedule_changes(conn, schedule_id=row["schedule_id"])
     return ScheduledJobDetailPublic(
         **_job(row).model_dump(),
         next_fire_times=upcoming,
         recent_runs=[ScheduleRunPublic.model_validate(run) for run in runs],
+        refused_changes=[_refused(letter) for letter in refused],
+    )
+
+
+def _refused(letter: dict[str, Any]) -> RefusedChangePublic:
+    try:
+        change = json.loads(letter["raw"])
+    except ValueError:
+        change = {}
+    return RefusedChangePublic(
+        event_id=str(change.get("event_id", letter["event_id"])),
+        type=change.get("type"),
+        actor=change.get("actor"),
+        reason=letter["error"],
+        refused_at=letter["received_at"],
     )
 
 
 @router.patch(
-    "/{name}", status_code=202, responses={**write_answers(), **NOT_FOUND, **PRECONDITION}
+    "/{name}",
+    status_code=202,
+    responses={**write_answers(ScheduledJobPublic), **NOT_FOUND, **PRECONDITION},
 )
 async def update_job(
     name: Name,
@@ -418,9 +500,13 @@ async def update_job(
     publisher: PublisherDep,
     clock: ClockDep,
     caller: AdminDep,
+    wait: WaitDep,
     if_match: IfMatch = None,
 ) -> JSONResponse:
-    """Change some fields of a schedule's definition; the name cannot change."""
+    """Change some fields of a schedule's definition; the name cannot change.
+
+    With `If-Match`, the worker applies the change only to the version it names: of two
+    changes based on the same version, the second is refused (412 with `?wait=true`)."""
     row = await _existing(conn, name)
     _check_version(row, if_match)
     _guard_system(caller, is_system=row["is_system"], action="changing")
@@ -432,7 +518,25 @@ async def update_job(
     if isinstance(schedule, JSONResponse):
         return schedule
     _guard_system(caller, is_system=schedule.is_system, action="changing")
-    return await _publish_upsert(schedule, publisher, clock, caller)
+    event = ScheduleUpserted(
+        **stamp(caller, clock),
+        schedule_id=schedule.id,
+        schedule=schedule,
+        **_expected(row, if_match),
+    )
+    receipt = await publisher.publish(event)
+    version = row["version"]
+    return await _answer_write(
+        conn,
+        wait,
+        event,
+        receipt,
+        lambda now: (
+            now is not None
+            and now["version"] > version
+            and Schedule.model_validate(now["definition"]) == schedule
+        ),
+    )
 
 
 @router.delete(
@@ -444,16 +548,23 @@ async def delete_job(
     publisher: PublisherDep,
     clock: ClockDep,
     caller: AdminDep,
+    wait: WaitDep,
     if_match: IfMatch = None,
 ) -> JSONResponse:
-    """Delete a schedule (its run history goes with it); a system schedule needs SUPER_ADMIN."""
+    """Delete a schedule (its run history goes with it); a system schedule needs SUPER_ADMIN.
+
+    With `If-Match`, only the version it names is deleted (412 with `?wait=true` otherwise)."""
     row = await _existing(conn, name)
     _check_version(row, if_match)
     _guard_system(caller, is_system=row["is_system"], action="deleting")
     event = ScheduleDeleted(
-        **stamp(caller, clock), schedule_id=row["schedule_id"], system=row["is_system"]
+        **stamp(caller, clock),
+        schedule_id=row["schedule_id"],
+        system=row["is_system"],
+        **_expected(row, if_match),
     )
-    return accepted(await publisher.publish(event))
+    receipt = await publisher.publish(event)
+    return await _answer_write(conn, wait, event, receipt, lambda now: now is None)
 
 
 async def _simple(

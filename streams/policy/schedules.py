@@ -158,11 +158,17 @@ def decide_schedule(
     """
     now = now.astimezone(UTC)
     if state is None:
+        if isinstance(event, ScheduleUpserted | ScheduleDeleted) and event.expected_version:
+            return ScheduleDecision(None, rejection=f"{STALE_WRITE}: the schedule no longer exists")
         if isinstance(event, ScheduleUpserted):
             return _create(event, now=now)
         return ScheduleDecision(None, ignored="unknown_schedule")
     if str(event.event_id) in state.recent_event_ids:
         return ScheduleDecision(state, ignored="duplicate_event")
+    if isinstance(event, ScheduleUpserted | ScheduleDeleted):
+        refused = _version_refusal(state, event)
+        if refused is not None:
+            return ScheduleDecision(state, rejection=refused)
     if isinstance(event, ScheduleDeleted):
         if state.schedule.is_system and not event.system:
             return ScheduleDecision(state, rejection="a system schedule cannot be deleted")
@@ -360,6 +366,33 @@ def retry_delay(consecutive_failures: int) -> timedelta:
 
 
 # --- events ---------------------------------------------------------------------------
+
+
+STALE_WRITE = "stale write"
+"""How a refused versioned write's reason starts: the API answers it 412."""
+EXISTING_SCHEDULE = "schedule exists"
+"""How a refused create's reason starts: the API answers it 409."""
+
+
+def _version_refusal(state: ScheduleState, event: ScheduleUpserted | ScheduleDeleted) -> str | None:
+    """Why a versioned write is refused where the state lives, or None: a create of a name that
+    exists, or a change based on a version the schedule has moved past. The API checks its
+    read model first, which lags: two writes based on the same version both pass it, and only
+    the first may land."""
+    if isinstance(event, ScheduleUpserted) and event.create_only:
+        return f"{EXISTING_SCHEDULE}: a schedule named {state.schedule.name!r} exists; change it"
+    expected = event.expected_version
+    if expected is None:
+        return None
+    incarnation = event.expected_incarnation
+    if incarnation is not None and incarnation != (state.incarnation or "0"):
+        return f"{STALE_WRITE}: the schedule was deleted and created again since it was read"
+    if expected != state.version:
+        return (
+            f"{STALE_WRITE}: the schedule is at version {state.version}, the change was based"
+            f" on version {expected}; read it again"
+        )
+    return None
 
 
 def _create(event: ScheduleUpserted, *, now: datetime) -> ScheduleDecision:
