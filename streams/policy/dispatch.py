@@ -26,6 +26,8 @@ NO_ORGANIZATION = ""
 GUARDED = -1
 """`_pop_best`'s source for a command taken from the promise heads."""
 
+PROMISE_HEAPS_SLACK = 10_000
+"""Promise entries left behind by issued commands before the promise heaps are rebuilt."""
 _Entry = tuple[datetime, int, str]
 """(due_at or promise_at, sequence, command_id): the sequence breaks ties by request order."""
 
@@ -98,6 +100,8 @@ class DispatchQueue:
         self._levels: dict[int, _Level] = {}
         self._promises: dict[str, list[_Entry]] = {}
         self._promise_heads: list[tuple[datetime, str]] = []
+        self._promise_pushes = 0
+        """Entries pushed on the promise heaps since they were last rebuilt."""
         self._in_flight: dict[str, tuple[DispatchRequested, datetime]] = {}
         self._in_flight_by_organization: Counter[str] = Counter()
         self._deadlines: list[tuple[datetime, str]] = []
@@ -171,11 +175,7 @@ class DispatchQueue:
             level = self._levels[request.priority] = _Level()
         level.push(organization, (request.due_at, self._sequence, command))
         if request.promise_at is not None:
-            entry = (request.promise_at, self._sequence, command)
-            promises = self._promises.setdefault(organization, [])
-            heapq.heappush(promises, entry)
-            if promises[0] is entry:
-                heapq.heappush(self._promise_heads, (request.promise_at, organization))
+            self._push_promise(organization, (request.promise_at, self._sequence, command))
         return True
 
     def restore_in_flight(self, request: DispatchRequested, deadline: datetime) -> None:
@@ -231,6 +231,8 @@ class DispatchQueue:
         issued: list[Issued] = []
         horizon = now + timedelta(minutes=promise_guard_minutes) if promise_guard_minutes else None
         skipped = _Skipped(org_cap or None)
+        if self._promise_pushes > 2 * len(self._waiting) + PROMISE_HEAPS_SLACK:
+            self._rebuild_promises()
         try:
             while len(self._in_flight) < cap:
                 command = self._pop_best(
@@ -349,6 +351,28 @@ class DispatchQueue:
                 continue
             return head, organization
         return None
+
+    def _push_promise(self, organization: str, entry: _Entry) -> None:
+        promises = self._promises.setdefault(organization, [])
+        heapq.heappush(promises, entry)
+        self._promise_pushes += 1
+        if promises[0] is entry:
+            heapq.heappush(self._promise_heads, (entry[0], organization))
+
+    def _rebuild_promises(self) -> None:
+        """The promise heaps from the waiting commands alone. A command issued in its
+        priority's turn leaves its promise entry behind until that entry reaches the top, up
+        to two days later (or never, with the guard off): rebuilt once the entries pushed
+        outnumber twice those waiting, they stay O(waiting) at an amortized O(log waiting) a
+        request."""
+        self._promises = {}
+        self._promise_heads = []
+        self._promise_pushes = 0
+        for command, request in self._waiting.items():
+            if request.promise_at is not None:
+                self._sequence += 1
+                entry = (request.promise_at, self._sequence, command)
+                self._push_promise(organization_of(request), entry)
 
     def _valid_promise_head(self, organization: str) -> _Entry | None:
         heap = self._promises.get(organization)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from schemas.base import CommandReason, ComplianceState
 from schemas.internal import DispatchRequested, ReleaseOutcome
+from streams.policy import dispatch
 from streams.policy.dispatch import DispatchQueue
 from tests.unit.factories import NOW
 
@@ -237,6 +238,17 @@ operations = st.lists(
 def test_caps_hold_and_guarded_commands_go_first_in_promise_order(
     ops: list[tuple[object, ...]], cap: int, org_cap: int | None, guard: int
 ) -> None:
+    slack = dispatch.PROMISE_HEAPS_SLACK
+    dispatch.PROMISE_HEAPS_SLACK = 0  # Rebuild the promise heaps as often as allowed.
+    try:
+        _caps_hold_and_guarded_commands_go_first(ops, cap, org_cap, guard)
+    finally:
+        dispatch.PROMISE_HEAPS_SLACK = slack
+
+
+def _caps_hold_and_guarded_commands_go_first(
+    ops: list[tuple[object, ...]], cap: int, org_cap: int | None, guard: int
+) -> None:
     queue = DispatchQueue()
     waiting: dict[str, DispatchRequested] = {}
     in_flight: dict[str, DispatchRequested] = {}
@@ -364,3 +376,15 @@ def test_no_organization_waits_more_than_one_turn_of_the_others(
         window = {org_of(c) for c in order[start : start + len(backlogged)]}
         assert window == backlogged
         remaining[org_of(order[start])] -= 1
+
+
+def test_promise_entries_left_by_issued_commands_are_dropped() -> None:
+    queue = DispatchQueue()
+    for number in range(3 * dispatch.PROMISE_HEAPS_SLACK):
+        queue.request(req(f"a-{number}", "a", promise_at=NOW + timedelta(days=2)))
+        issue(queue, cap=5)
+        for command in list(queue.in_flight_ids()):
+            queue.release(command, ReleaseOutcome.COMPLETED)
+
+    entries = sum(len(heap) for heap in queue._promises.values())
+    assert entries <= 2 * queue.waiting_count + dispatch.PROMISE_HEAPS_SLACK + 1
