@@ -182,6 +182,14 @@ def test_chart_lints(helm: str, name: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_chart_app_version_is_the_project_version() -> None:
+    import tomllib
+
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
+
+
 @pytest.mark.parametrize("name", VALUES)
 def test_every_manifest_is_valid_for_kubernetes(
     rendered: dict[str, list[dict[str, Any]]], name: str
