@@ -364,6 +364,14 @@ def test_probes_check_what_each_process_serves(
         assert port_of(api, get["port"]) == served
 
 
+def test_an_upgrade_can_hold_the_workers_back_while_the_projector_rolls(helm: str) -> None:
+    # docs/deploy.md, "Rolling upgrades": projectors no later than workers.
+    docs = render(helm, "production", "--set", "image.tag=NEW", "--set", "worker.imageTag=OLD")
+    images = {c: container(workload(docs, c))["image"].rsplit(":", 1)[1] for c in KAIROS_WORKLOADS}
+    assert images == {"worker": "OLD", "projector": "NEW", "api": "NEW"}
+    assert container(workload(docs, "migration"))["image"].endswith(":NEW")
+
+
 def test_workers_have_time_to_leave_their_group(production: list[dict[str, Any]]) -> None:
     source = (ROOT / "streams" / "app.py").read_text()
     session_timeout = float(re.search(r"broker_session_timeout=([\d.]+)", source)[1])  # type: ignore[index]
