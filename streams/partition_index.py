@@ -6,15 +6,48 @@ partition's part of a run would walk (and hash) every host the worker holds.
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from aiokafka.partitioner import murmur2
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 of `data` (Java's `Utils.murmur2`, aiokafka's `murmur2`), read four
+    bytes at a time: the worker hashes the key of every input record it is handed."""
+    length = len(data)
+    h = _SEED ^ length
+    words = length >> 2
+    if words:
+        for k in struct.unpack_from(f"<{words}I", data):
+            k = (k * _M) & _MASK
+            k ^= k >> 24
+            h = ((h * _M) & _MASK) ^ ((k * _M) & _MASK)
+    extra = length & 3
+    if extra:
+        tail = length - extra
+        if extra == 3:
+            h ^= data[tail + 2] << 16
+        if extra >= 2:
+            h ^= data[tail + 1] << 8
+        h = ((h ^ data[tail]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's Java client (and aiokafka, and librdkafka's `murmur2_random`)
+    picks for a record keyed `key` among `partitions`."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def partition_of(key: str, partitions: int) -> int:
     """The partition the producers' default partitioner picks for `key` (murmur2, as Java)."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    return key_partition(key.encode(), partitions)
 
 
 def by_partition(
