@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from schemas.base import HostStatus, Message, Timestamp
-from schemas.config import ConfigChanges
+from schemas.config import ConfigChanges, ScannerSpec
 from schemas.schedules import (
     ScheduleBackfillRequested,
     ScheduleDeleted,
@@ -33,6 +33,14 @@ class ConfigUpdated(_Change):
 class SchedulerToggled(_Change):
     type: Literal["scheduler.toggled"] = "scheduler.toggled"
     enabled: bool
+
+
+class ScannerUpserted(_Change):
+    """Registers a scanner, or replaces its entry (key `config`). Deactivating one holds its
+    queued commands; none is dropped."""
+
+    type: Literal["scanner.upserted"] = "scanner.upserted"
+    scanner: ScannerSpec
 
 
 class HostMaintenanceSet(_Change):
@@ -63,11 +71,12 @@ class HostsInitializeRequested(_Change):
 
 
 HostChange = HostMaintenanceSet | HostScanRequested | HostStatusChanged
-GlobalChange = ConfigUpdated | SchedulerToggled | HostsInitializeRequested
+GlobalChange = ConfigUpdated | SchedulerToggled | ScannerUpserted | HostsInitializeRequested
 
 ScheduleChange = Annotated[
     ConfigUpdated
     | SchedulerToggled
+    | ScannerUpserted
     | HostMaintenanceSet
     | HostScanRequested
     | HostStatusChanged

@@ -7,9 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from schemas.base import CommandReason, ComplianceState, Contract, Message, Timestamp
-
-ADAPTIVE_SCANNER = "compliance"
-"""The scanner whose results move a host's compliance state."""
+from schemas.config import ADAPTIVE_SCANNER as ADAPTIVE_SCANNER
 
 
 class ScanCommand(Message):

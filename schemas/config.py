@@ -6,6 +6,43 @@ from pydantic import Field
 
 from schemas.base import ComplianceState, Contract
 
+ADAPTIVE_SCANNER = "compliance"
+"""The scanner whose results move a host's compliance state: every host's own schedule
+commands it."""
+
+
+SCANNER_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+class ScannerSpec(Contract):
+    """One scanner of the registry: what it is, and the slots and limits its commands get.
+
+    Every scanner has its own pool of `max_concurrent` slots; `max_concurrent_scans` stays the
+    ceiling over all pools. A scanner deactivated keeps its queued commands, held until it is
+    active again."""
+
+    name: str = Field(pattern=SCANNER_NAME_PATTERN, description="Commands name it in `scanner`.")
+    description: str = Field(default="", max_length=500)
+    is_active: bool = Field(
+        default=True, description="false: its queued commands are held, none is issued."
+    )
+    max_concurrent: int = Field(
+        default=5, ge=1, le=100_000, description="Its pool: its commands in flight at most."
+    )
+    timeout_seconds: int = Field(
+        default=600, ge=60, le=86_400, description="A command without a result by then failed."
+    )
+    retry_delay_seconds: int = Field(
+        default=300, ge=0, le=86_400, description="Delay before a failed run is retried."
+    )
+    default_priority: int = Field(
+        default=4,
+        ge=1,
+        le=10,
+        description="The priority of a schedule's or a trigger's commands that name no other"
+        " (the adaptive scanner ranks its hosts by their state instead).",
+    )
+
 
 class SchedulerConfig(Contract):
     """Current scheduler configuration. Defaults are the documented production defaults."""
@@ -76,7 +113,35 @@ class SchedulerConfig(Contract):
         description="Minutes the commands in flight may stay at the cap before a "
         "cap_saturated alert is raised.",
     )
+    scanners: tuple[ScannerSpec, ...] = Field(
+        default=(),
+        description="The scanner registry, by name. `compliance` (the adaptive scanner) is"
+        " always registered: until it is given an entry here, it runs with"
+        " max_concurrent_scans, scan_timeout_seconds and retry_delay_seconds.",
+    )
     version: int = Field(default=0, ge=0, description="Bumped on every accepted change.")
+
+    def scanner(self, name: str) -> ScannerSpec | None:
+        """The registry's entry for `name`; None for a scanner it does not name."""
+        for spec in self.scanners:
+            if spec.name == name:
+                return spec
+        if name == ADAPTIVE_SCANNER:
+            return ScannerSpec(
+                name=ADAPTIVE_SCANNER,
+                description="The adaptive compliance scanner: every host, on its posture's"
+                " interval.",
+                max_concurrent=self.max_concurrent_scans,
+                timeout_seconds=self.scan_timeout_seconds,
+                retry_delay_seconds=self.retry_delay_seconds,
+            )
+        return None
+
+    def registry(self) -> tuple[ScannerSpec, ...]:
+        """Every registered scanner, `compliance` first."""
+        adaptive = self.scanner(ADAPTIVE_SCANNER)
+        assert adaptive is not None
+        return (adaptive, *(spec for spec in self.scanners if spec.name != ADAPTIVE_SCANNER))
 
     def interval_minutes(self, state: ComplianceState) -> int:
         return int(getattr(self, f"interval_{state.value}"))

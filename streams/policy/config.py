@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from schemas.changes import ConfigUpdated, SchedulerToggled
+from schemas.changes import ConfigUpdated, ScannerUpserted, SchedulerToggled
 from schemas.commands import Rejection
 from schemas.config import SchedulerConfig
 
 
 def apply_config_change(
-    config: SchedulerConfig, change: ConfigUpdated | SchedulerToggled
+    config: SchedulerConfig, change: ConfigUpdated | SchedulerToggled | ScannerUpserted
 ) -> SchedulerConfig | Rejection:
     """The config after `change`, with its version bumped; a refused change is a Rejection.
 
@@ -18,6 +18,9 @@ def apply_config_change(
     """
     if isinstance(change, SchedulerToggled):
         updates: dict[str, object] = {"enabled": change.enabled}
+    elif isinstance(change, ScannerUpserted):
+        kept = [spec for spec in config.scanners if spec.name != change.scanner.name]
+        updates = {"scanners": [*kept, change.scanner]}
     else:
         updates = change.changes.model_dump(exclude_none=True)
         if not updates:

@@ -15,7 +15,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kairos.floor.settings import Settings
-from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
+from schemas.changes import (
+    ConfigUpdated,
+    HostsInitializeRequested,
+    ScannerUpserted,
+    SchedulerToggled,
+)
 from schemas.commands import Rejection
 from schemas.config import SchedulerConfig
 from schemas.internal import ConfigPublished, HostReplanRequested, InitializePublished
@@ -29,7 +34,7 @@ log = logging.getLogger(__name__)
 
 CONTROL_KEY = b"config"
 
-GlobalChange = ConfigUpdated | SchedulerToggled | HostsInitializeRequested
+GlobalChange = ConfigUpdated | SchedulerToggled | ScannerUpserted | HostsInitializeRequested
 
 
 class Control:

@@ -19,12 +19,17 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from kairos.floor.clock import Clock
 from kairos.floor.settings import Settings
-from schemas.changes import ConfigUpdated, HostsInitializeRequested, SchedulerToggled
+from schemas.changes import (
+    ConfigUpdated,
+    HostsInitializeRequested,
+    ScannerUpserted,
+    SchedulerToggled,
+)
 from schemas.commands import ADAPTIVE_SCANNER
 from schemas.internal import (
     ClaimWithdrawn,
@@ -47,6 +52,7 @@ from streams.metrics import WorkerMetrics
 from streams.partition_index import HostsByPartition, by_partition
 from streams.policy.host import Decision, decide, unissued_claim, wake_at, withdrawal_pending
 from streams.policy.schedule_commands import origin_of
+from streams.routing import Router
 from streams.stages.control import Control
 from streams.stages.dispatcher import Dispatcher
 from streams.stages.schedules import ScheduleStage, is_schedule_message
@@ -126,6 +132,8 @@ class HostStage:
         """
         await self._control.ready.wait()
         handled = 0
+        forward_to = self._router.destination
+        queue = self._direct.queue
         # The hosts changelog, the schedule stage's changelogs and its topics are written by
         # this pass alone: their records go out as one batch per partition
         # (`DirectSends.batching`).
@@ -133,20 +141,38 @@ class HostStage:
             for message in records:
                 if not go_on() or self._handing_over:
                     break
-                origin = (
+                topic, partition, key, value = (
                     message.topic,
                     message.partition,
-                    message.offset,
                     message.key,
                     message.value,
                 )
-                in_hand = PARTITION_IN_HAND.set(message.partition)
+                # A keyed record off its key's partition (a producer with another partitioner)
+                # is the business of that partition's owner: sent there as it is, with the
+                # batch, and handled here only in that its offset may be committed once the
+                # producer is flushed (`streams.routing`).
+                target = forward_to(topic, partition, key, value)
+                if target is not None:
+                    await queue(topic, key, value, target, message.headers or ())
+                    handled += 1
+                    continue
+                origin = (topic, partition, message.offset, key, value)
+                in_hand = PARTITION_IN_HAND.set(partition)
                 try:
                     await self.guard.handled(origin, self.handle(*origin))
                 finally:
                     PARTITION_IN_HAND.reset(in_hand)
                 handled += 1
         return handled
+
+    @cached_property
+    def _router(self) -> Router:
+        """What `handle_batch` asks where each input record belongs."""
+        return Router(
+            partitions=self.settings.partitions,
+            host_signals=self.names.host_signals,
+            forwarded=self._metrics.forwarded,
+        )
 
     async def handle(
         self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None
@@ -171,7 +197,9 @@ class HostStage:
             return
         if isinstance(parsed, CommandTimedOut) and await stage.command_timed_out(parsed, here):
             return
-        if isinstance(parsed, ConfigUpdated | SchedulerToggled | HostsInitializeRequested):
+        if isinstance(
+            parsed, ConfigUpdated | SchedulerToggled | ScannerUpserted | HostsInitializeRequested
+        ):
             await self._control.change(parsed, origin)
             return
         if key is None or key.decode("utf-8", "replace") != host_id:
