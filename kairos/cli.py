@@ -519,6 +519,8 @@ def _read_dev_env(ctx: typer.Context) -> None:
 
 opscli.register(app)
 eventscli.register(app)
+# `kairos commands list` (through the API) beside `kairos commands tail` (from Kafka).
+eventscli.commands_app.command("list")(opscli.commands_list)
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ alerts_app = typer.Typer(help="Alerts: score drops, critical hosts, broken promi
 def register(app: typer.Typer) -> None:
     """Add the API-client commands to the `kairos` application."""
     app.command("status")(status)
+    app.command("workers")(workers)
     for name, sub in (
         ("hosts", hosts_app),
         ("config", config_app),
@@ -762,3 +763,110 @@ def alerts_list(
     columns = [("RAISED", "raised_at"), ("STATE", "state"), ("TYPE", "alert_type")]
     table(answer["data"], [*columns, ("SUBJECT", "subject_id"), ("SUMMARY", "summary")])
     _out(f"{len(answer['data'])} of {answer['count']} alert(s); {answer['firing']} firing")
+
+
+# --- commands and workers ----------------------------------------------------------------
+
+COMMAND_COLUMNS = [
+    ("ISSUED", "issued_at"),
+    ("COMMAND", "command_id"),
+    ("HOST", "host_id"),
+    ("SCANNER", "scanner"),
+    ("REASON", "reason"),
+    ("SCHEDULE", "schedule_id"),
+    ("STATE", "command_state"),
+    ("ENDED", "outcome_at"),
+]
+
+
+def commands_list(
+    host: Annotated[str | None, typer.Option(help="Only this host's commands.")] = None,
+    scanner: Annotated[str | None, typer.Option(help="Only this scanner's.")] = None,
+    schedule: Annotated[str | None, typer.Option(help="Only this schedule's (its id).")] = None,
+    run: Annotated[
+        str | None,
+        typer.Option(help="Only this run of --schedule: its occurrence, RFC 3339 with offset."),
+    ] = None,
+    organization: Annotated[
+        str | None, typer.Option(help="Only this organization's hosts.")
+    ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option(help="scheduled, retry, force, schedule, trigger or unknown."),
+    ] = None,
+    state: Annotated[
+        str | None, typer.Option(help="in_flight, succeeded, failed or timed_out.")
+    ] = None,
+    issued_from: Annotated[
+        str | None, typer.Option("--from", help="Issued at or after (RFC 3339 with offset).")
+    ] = None,
+    issued_until: Annotated[
+        str | None, typer.Option("--until", help="Issued before (RFC 3339 with offset).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Commands per page (1..1000).")] = 50,
+    all_pages: Annotated[bool, typer.Option("--all", help="Follow every page.")] = False,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Scan commands matching every filter given, newest issued first, and how each ended.
+
+    STATE is in_flight until a result (succeeded, failed) or the deadline (timed_out) ends it."""
+    query = {
+        "host": host,
+        "scanner": scanner,
+        "schedule": schedule,
+        "run": run,
+        "organization": organization,
+        "reason": reason,
+        "state": state,
+        "issued_from": issued_from,
+        "issued_until": issued_until,
+    }
+    api = client(token)
+    rows: list[dict[str, Any]] = []
+    cursor = None
+    with api_errors():
+        while True:
+            answer = api.get(
+                f"{SCHEDULER}/commands",
+                **{key: value for key, value in query.items() if value is not None},
+                limit=limit,
+                cursor=cursor,
+            )
+            rows += answer["data"]
+            cursor = answer.get("next_cursor")
+            if not all_pages or not cursor:
+                break
+    if as_json:
+        _print_json({"data": rows, "count": answer["count"], "next_cursor": cursor})
+        return
+    table(rows, COMMAND_COLUMNS)
+    more = f"; --all or --limit for more ({answer['count']} match)" if cursor else ""
+    _out(f"{len(rows)} command(s){more}")
+
+
+def workers(token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """The worker group as Kafka sees it: members, their partitions and lag, and which one
+    owns the dispatch queue."""
+    with api_errors():
+        answer = client(token).get(f"{SCHEDULER}/workers")
+    if as_json:
+        _print_json(answer)
+        return
+    _out(f"group {answer['group_id']} ({answer['state']}), lag {answer['lag']}")
+    rows = [
+        {
+            **member,
+            "dispatch": "owner" if member["owns_dispatch"] else "",
+            "assigned": len(member["partitions"]),
+        }
+        for member in answer["members"]
+    ]
+    columns = [("MEMBER", "member_id"), ("CLIENT", "client_id"), ("HOST", "client_host")]
+    columns += [("VERSION", "version"), ("PARTITIONS", "assigned"), ("LAG", "lag")]
+    table(rows, [*columns, ("DISPATCH", "dispatch")])
+    unassigned = answer["unassigned"]
+    if unassigned:
+        names = ", ".join(f"{p['topic']}[{p['partition']}]" for p in unassigned[:10])
+        _out(f"{len(unassigned)} partition(s) unassigned: {names}")
+    _out(f"{len(answer['members'])} member(s); dispatch owner: {answer['dispatch_owner'] or '-'}")

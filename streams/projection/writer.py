@@ -26,7 +26,7 @@ from schemas.results import ScanCompleted
 from schemas.schedules import ScheduleRunRecorded, ScheduleStateChanged
 from schemas.state import HostSchedule, HostStateChanged
 from streams.policy.schedules import schedule_status
-from streams.projection import alerts
+from streams.projection import alerts, command_runs
 from streams.projection.alerts import AlertCounts
 
 Change = (
@@ -229,6 +229,9 @@ async def apply(
         summary.alerts.add(await alerts.apply_schedule_alerts(conn, schedules))
         runs = [c for c in changes if isinstance(c, ScheduleRunRecorded)]
         await _apply_schedule_runs(conn, runs, summary)
+        await command_runs.link_occurrences(
+            conn, [c for c in changes if isinstance(c, ScanCommand)], runs
+        )
         if also is not None:
             await also(summary)
     return summary

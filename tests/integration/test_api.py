@@ -388,6 +388,8 @@ ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("POST", f"{P}/hosts/h-002/reactivate", None, ADMIN),
     ("DELETE", f"{P}/hosts/h-003", None, ADMIN),
     ("GET", f"{P}/commands/cmd-h1-1", None, GUEST),
+    ("GET", f"{P}/commands", None, GUEST),
+    ("GET", f"{P}/workers", None, GUEST),
     ("GET", f"{P}/dead-letters", None, ADMIN),
     ("GET", f"{P}/alerts", None, GUEST),
     ("GET", J, None, GUEST),
