@@ -202,6 +202,29 @@ class Worker:
             "Claimed commands waiting for a slot (dispatch partition owner only).",
             lambda: queue().waiting_count if owned() else 0,
         )
+        metrics.labelled_gauge(
+            "kairos_scanner_in_flight",
+            "Commands in flight per scanner pool (dispatch partition owner only).",
+            ("scanner",),
+            lambda: (
+                {
+                    (spec.name,): queue().in_flight_for_scanner(spec.name)
+                    for spec in self.control.config.registry()
+                }
+                if owned()
+                else {}
+            ),
+        )
+        metrics.labelled_gauge(
+            "kairos_scanner_waiting",
+            "Commands waiting per scanner (dispatch partition owner only).",
+            ("scanner",),
+            lambda: (
+                {(name,): count for name, count in queue().waiting_by_scanner().items()}
+                if owned()
+                else {}
+            ),
+        )
         metrics.gauge(
             "kairos_held_commands",
             "Commands waiting while the scheduler is off: held, issued once it is on again"

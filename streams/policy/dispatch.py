@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -104,6 +105,7 @@ class DispatchQueue:
         """Entries pushed on the promise heaps since they were last rebuilt."""
         self._in_flight: dict[str, tuple[DispatchRequested, datetime]] = {}
         self._in_flight_by_organization: Counter[str] = Counter()
+        self._in_flight_by_scanner: Counter[str] = Counter()
         self._deadlines: list[tuple[datetime, str]] = []
         self._released: OrderedDict[str, None] = OrderedDict()
         self._sequence = 0
@@ -123,6 +125,14 @@ class DispatchQueue:
     def in_flight_for(self, organization: str | None) -> int:
         """Commands in flight for hosts of `organization` (None: without one)."""
         return self._in_flight_by_organization[organization or NO_ORGANIZATION]
+
+    def in_flight_for_scanner(self, scanner: str) -> int:
+        """Commands in flight of `scanner`'s pool."""
+        return self._in_flight_by_scanner[scanner]
+
+    def waiting_by_scanner(self) -> Counter[str]:
+        """Commands waiting, per scanner."""
+        return Counter(request.scanner for request in self._waiting.values())
 
     def is_in_flight(self, command_id: str) -> bool:
         return command_id in self._in_flight
@@ -169,7 +179,7 @@ class DispatchQueue:
             return False
         self._waiting[command] = request
         self._sequence += 1
-        organization = organization_of(request)
+        organization = share_of(request)
         level = self._levels.get(request.priority)
         if level is None:
             level = self._levels[request.priority] = _Level()
@@ -184,6 +194,7 @@ class DispatchQueue:
         self._end_in_flight(request.command_id)
         self._in_flight[request.command_id] = (request, deadline)
         self._in_flight_by_organization[organization_of(request)] += 1
+        self._in_flight_by_scanner[request.scanner] += 1
         heapq.heappush(self._deadlines, (deadline, request.command_id))
 
     def restore_released(self, command_id: str) -> None:
@@ -220,6 +231,8 @@ class DispatchQueue:
         aging_minutes: int = 0,
         org_cap: int | None = None,
         promise_guard_minutes: int = 0,
+        pools: Mapping[str, int] | None = None,
+        timeouts: Mapping[str, timedelta] | None = None,
     ) -> list[Issued]:
         """Release waiting commands in rank order while fewer than `cap` are in flight.
 
@@ -227,10 +240,14 @@ class DispatchQueue:
         to the earliest due, then to the earliest requested. `org_cap` (None or 0: off)
         bounds each organization's commands in flight; `promise_guard_minutes` (0: off) is
         how close to its `promise_at` a command outranks every ordinary priority.
+
+        `pools` bounds each named scanner's commands in flight (0: the scanner is inactive,
+        its commands are held); a scanner it does not name has the fleet-wide `cap` only.
+        `timeouts` gives a scanner's commands their deadline; `timeout` is the others'.
         """
         issued: list[Issued] = []
         horizon = now + timedelta(minutes=promise_guard_minutes) if promise_guard_minutes else None
-        skipped = _Skipped(org_cap or None)
+        skipped = _Skipped(org_cap or None, pools or {})
         if self._promise_pushes > 2 * len(self._waiting) + PROMISE_HEAPS_SLACK:
             self._rebuild_promises()
         try:
@@ -241,9 +258,10 @@ class DispatchQueue:
                 if command is None:
                     break
                 request = self._waiting.pop(command)
-                deadline = now + timeout
+                deadline = now + (timeouts or {}).get(request.scanner, timeout)
                 self._in_flight[command] = (request, deadline)
                 self._in_flight_by_organization[organization_of(request)] += 1
+                self._in_flight_by_scanner[request.scanner] += 1
                 heapq.heappush(self._deadlines, (deadline, command))
                 issued.append(
                     Issued(request, command_for(request, issued_at=now, deadline=deadline))
@@ -306,7 +324,9 @@ class DispatchQueue:
                 turn.popleft()
                 del level.heaps[organization]
                 continue
-            if skipped.full(organization, self._in_flight_by_organization):
+            if skipped.full(
+                organization, self._in_flight_by_organization, self._in_flight_by_scanner
+            ):
                 turn.popleft()
                 skipped.levels.append((priority, organization))
                 continue
@@ -326,7 +346,7 @@ class DispatchQueue:
             if (
                 request is not None
                 and request.priority == priority
-                and organization_of(request) == organization
+                and share_of(request) == organization
             ):
                 return head
             heapq.heappop(heap)
@@ -346,7 +366,9 @@ class DispatchQueue:
                 if head is not None:
                     heapq.heappush(heads, (head[0], organization))
                 continue
-            if skipped.full(organization, self._in_flight_by_organization):
+            if skipped.full(
+                organization, self._in_flight_by_organization, self._in_flight_by_scanner
+            ):
                 skipped.promises.append(heapq.heappop(heads))
                 continue
             return head, organization
@@ -372,7 +394,7 @@ class DispatchQueue:
             if request.promise_at is not None:
                 self._sequence += 1
                 entry = (request.promise_at, self._sequence, command)
-                self._push_promise(organization_of(request), entry)
+                self._push_promise(share_of(request), entry)
 
     def _valid_promise_head(self, organization: str) -> _Entry | None:
         heap = self._promises.get(organization)
@@ -385,7 +407,7 @@ class DispatchQueue:
             if (
                 request is not None
                 and request.promise_at == head[0]
-                and organization_of(request) == organization
+                and share_of(request) == organization
             ):
                 return head
             heapq.heappop(heap)
@@ -407,11 +429,13 @@ class DispatchQueue:
         entry = self._in_flight.pop(command_id, None)
         if entry is None:
             return None
-        organization = organization_of(entry[0])
-        counts = self._in_flight_by_organization
-        counts[organization] -= 1
-        if counts[organization] <= 0:
-            del counts[organization]
+        for counts, key in (
+            (self._in_flight_by_organization, organization_of(entry[0])),
+            (self._in_flight_by_scanner, entry[0].scanner),
+        ):
+            counts[key] -= 1
+            if counts[key] <= 0:
+                del counts[key]
         return entry[0]
 
     def _remember_released(self, command_id: str) -> None:
@@ -433,18 +457,36 @@ class _Skipped:
     """Organizations passed over in one `issue` because they are at their cap: none of their
     commands ends during the pass, so each is skipped once per turn it holds."""
 
-    __slots__ = ("cap", "levels", "promises")
+    __slots__ = ("cap", "levels", "pools", "promises")
 
-    def __init__(self, cap: int | None) -> None:
+    def __init__(self, cap: int | None, pools: Mapping[str, int]) -> None:
         self.cap = cap
+        self.pools = pools
         self.levels: list[tuple[int, str]] = []
         self.promises: list[tuple[datetime, str]] = []
 
-    def full(self, organization: str, in_flight: Counter[str]) -> bool:
+    def full(self, share: str, by_organization: Counter[str], by_scanner: Counter[str]) -> bool:
+        """The share's scanner pool is full (or the scanner inactive), or its organization is
+        at its cap."""
+        scanner, _, organization = share.partition(SHARE_SEPARATOR)
+        pool = self.pools.get(scanner)
+        if pool is not None and by_scanner[scanner] >= pool:
+            return True
         cap = self.cap
         return (
-            cap is not None and organization != NO_ORGANIZATION and in_flight[organization] >= cap
+            cap is not None
+            and organization != NO_ORGANIZATION
+            and by_organization[organization] >= cap
         )
+
+
+SHARE_SEPARATOR = "\x1f"
+
+
+def share_of(request: DispatchRequested) -> str:
+    """The share a waiting request is queued and served under: its scanner's pool and its
+    organization, so a full pool or an organization at its cap is passed over whole."""
+    return f"{request.scanner}{SHARE_SEPARATOR}{organization_of(request)}"
 
 
 def organization_of(request: DispatchRequested) -> str:

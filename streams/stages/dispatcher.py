@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections import Counter, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from kairos.floor.clock import Clock
 from kairos.floor.settings import Settings
 from schemas.base import WithdrawReason
 from schemas.commands import ScanCommand
+from schemas.config import SchedulerConfig
 from schemas.internal import (
     ClaimWithdrawn,
     CommandTimedOut,
@@ -49,6 +51,12 @@ BATCH_MAX_BYTES = 500_000
 """Half of Kafka's default 1 MiB message limit: a batch never comes near it."""
 RELEASED_MARKER_KEPT = timedelta(minutes=30)
 """Scheduler time a released command's marker is kept: longer than any replay or re-request."""
+
+
+@dataclass(frozen=True)
+class Pools:
+    pools: dict[str, int]
+    timeouts: dict[str, timedelta]
 
 
 class Dispatcher:
@@ -85,6 +93,9 @@ class Dispatcher:
         """Issued commands with the ack of their slot's batch (None: durable already)."""
         self._outbox_ready = asyncio.Event()
         self._released_markers: deque[tuple[datetime, str]] = deque()
+        self._blocked: tuple[int, int, int] | None = None
+        """What the queue held after a pass that issued nothing while commands waited."""
+        self._registry: tuple[int, Pools] | None = None
 
     async def request(self, request: DispatchRequested | SlotReleased | ClaimWithdrawn) -> None:
         """Queue a request or a release on the dispatch queue, in the order they are made."""
@@ -201,6 +212,15 @@ class Dispatcher:
             aging_minutes=config.priority_aging_minutes,
             org_cap=config.max_concurrent_scans_per_organization,
             promise_guard_minutes=config.promise_guard_minutes,
+            pools=self._pools(config).pools,
+            timeouts=self._pools(config).timeouts,
+        )
+        # Nothing went out while some wait: until a message or a config change comes, every
+        # pool they wait for stays full (or held), so a wake would find the same.
+        self._blocked = (
+            (queue.waiting_count, queue.in_flight_count, config.version)
+            if not issued and queue.waiting_count
+            else None
         )
         for command_id in queued:
             # Recorded as waiting only if it still is: an issued entry would replace it at once,
@@ -248,6 +268,20 @@ class Dispatcher:
         self._counters[f"commands_withdrawn_{reason.value}"] += 1
         self._metrics.withdrawn.inc(1, reason.value)
 
+    def _pools(self, config: SchedulerConfig) -> Pools:
+        """Each registered scanner's pool (0 while inactive: its commands are held) and the
+        deadline of its commands; kept per config version."""
+        cached = self._registry
+        if cached is not None and cached[0] == config.version:
+            return cached[1]
+        registry = config.registry()
+        pools = Pools(
+            pools={spec.name: spec.max_concurrent if spec.is_active else 0 for spec in registry},
+            timeouts={spec.name: timedelta(seconds=spec.timeout_seconds) for spec in registry},
+        )
+        self._registry = (config.version, pools)
+        return pools
+
     async def _tell_issued_before_force(self, request: DispatchRequested) -> None:
         """The one case a host hears back from the dispatcher: its force came too late for
         the command it claimed, so it scans again once that command ends."""
@@ -271,6 +305,7 @@ class Dispatcher:
             config.enabled
             and queue.waiting_count
             and queue.in_flight_count < config.max_concurrent_scans
+            and self._blocked != (queue.waiting_count, queue.in_flight_count, config.version)
         )
         if capacity_free or (deadline is not None and deadline <= now):
             self._woken_pending = True

@@ -92,7 +92,8 @@ def _issued(dispatcher: Dispatcher) -> list[str]:
 
 def _set_enabled(dispatcher: Dispatcher, enabled: bool) -> None:
     control = dispatcher._control
-    control.config = control.config.model_copy(update={"enabled": enabled})
+    config = control.config
+    control.config = config.model_copy(update={"enabled": enabled, "version": config.version + 1})
 
 
 async def test_off_issues_nothing_and_holds_the_queue_in_rank_order_until_on() -> None:
