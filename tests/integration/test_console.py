@@ -277,3 +277,72 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
     assert job["enabled"] is False
     assert job["definition"]["recurrence"] == {"kind": "cron", "expression": "0 3 * * *"}
     assert job["definition"]["targets"]["filter"]["value"] == "prod"
+
+
+async def test_console_lists_commands_filtered_and_shows_the_workers(
+    settings: Settings, workers
+) -> None:
+    _chromium()  # Skip before starting anything when there is no browser.
+    tokens = await prepare(settings)
+    workers(settings)
+    admin = bearer(tokens[Role.SECURITY_ADMIN])
+    await _seed_fleet(settings, admin)
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kairos") as client:
+            response = await client.post(
+                J,
+                params={"wait": "true"},
+                json={
+                    "name": "weekly-lab",
+                    "scanner": "compliance",
+                    "recurrence": {"kind": "cron", "expression": "0 3 * * 1"},
+                },
+                headers=admin,
+            )
+            assert response.status_code in (200, 202), response.text
+            total = (await client.get(f"{P}/commands", headers=admin)).json()["count"]
+    from selenium.webdriver.common.by import By
+
+    with serving(settings) as base, chromium() as driver:
+        sign_in(driver, base, tokens[Role.GUEST])
+        driver.get(f"{base}/#/commands")
+        shown(driver, "h1", lambda element: element.text == f"Commands ({total})")
+        shown(driver, "table", lambda element: "succeeded" in element.text)
+
+        # The filter form: edge-1's scan failed.
+        form = shown(driver, "#command-filters")
+        form.find_element(By.NAME, "host").send_keys("edge-1")
+        form.find_element(By.CSS_SELECTOR, "select[name='state'] option[value='failed']").click()
+        form.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+        heading = shown(driver, "h1", lambda element: element.text != f"Commands ({total})")
+        assert re.fullmatch(r"Commands \([1-9]\d*\)", heading.text), heading.text
+        assert "host=edge-1" in driver.current_url and "state=failed" in driver.current_url
+        rows = driver.find_elements(By.CSS_SELECTOR, "main table tbody tr")
+        assert rows and all("edge-1" in row.text and "failed" in row.text for row in rows)
+
+        # A filter the API refuses: its 422 names the field, and the form stays.
+        driver.get(f"{base}/#/commands?issued_from=yesterday")
+        shown(driver, ".notice.error", lambda element: "issued_from" in element.text)
+        assert shown(driver, "#command-filters")
+
+        # The host page links into the list, filtered to that host.
+        driver.get(f"{base}/#/hosts/mail-1")
+        shown(driver, "a.commands-link", lambda element: "this host" in element.text).click()
+        shown(driver, "h1", lambda element: element.text == "Commands (1)")
+        assert "mail-1" in shown(driver, "main table tbody tr").text
+
+        # So does the schedule page, filtered to that schedule (it has not run yet).
+        driver.get(f"{base}/#/schedules/weekly-lab")
+        shown(driver, "a.commands-link", lambda element: "this schedule" in element.text).click()
+        shown(driver, "h1", lambda element: element.text == "Commands (0)")
+        assert "schedule=weekly-lab" in driver.current_url
+
+        # The workers page: one worker, owning the dispatch queue, nothing unassigned.
+        driver.get(f"{base}/#/workers")
+        cards = shown(driver, "#worker-cards", lambda element: "1\nworkers" in element.text)
+        assert "0\nunassigned partitions" in cards.text
+        assert shown(driver, ".dispatch-owner").text == "owner"
+        partitions = shown(driver, "main table", lambda e: settings.topics.object_created in e.text)
+        assert "unassigned" not in partitions.text

@@ -1,11 +1,13 @@
 // The console's shell: sign-in, navigation by URL hash, and one view at a time.
 import { api, may, token } from "./api.js";
+import { commandsView } from "./commands.js";
 import { fill, h, notice } from "./dom.js";
 import { deadLettersView, configView } from "./admin.js";
 import { fleetView } from "./fleet.js";
 import { forecastView } from "./forecast.js";
 import { hostsView, hostView } from "./hosts.js";
 import { scheduleFormView, scheduleView, schedulesView } from "./schedules.js";
+import { workersView } from "./workers.js";
 
 const main = document.getElementById("main");
 const session = { name: null, role: null };
@@ -22,6 +24,8 @@ const ROUTES = [
   [/^#\/dead-letters$/, deadLettersView],
   [/^#\/config$/, configView],
   [/^#\/forecast$/, forecastView],
+  [/^#\/commands$/, commandsView],
+  [/^#\/workers$/, workersView],
 ];
 
 function signIn(message) {

@@ -1,6 +1,7 @@
 // Hosts: a filtered list a page at a time, and one host with its history and actions.
 import { P, api, get, may, query } from "./api.js";
 import { attempt, badge, fill, h, notice, table, when } from "./dom.js";
+import { commandsLink } from "./commands.js";
 
 const STATES = ["", "unknown", "critical", "low", "partial", "mostly_compliant", "compliant",
   "maintenance"];
@@ -115,7 +116,8 @@ export async function hostView({ main, session, args: [hostId] }) {
       ["organization", host.organization || "—"],
       ["labels", Object.entries(host.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
       ["active / status", `${host.is_active ? "active" : "inactive"} / ${host.status}`]]),
-    h("h2", {}, `History (${history.count})`), list, more);
+    h("h2", {}, `History (${history.count})`),
+    commandsLink({ host: host.host_id }, "All commands of this host →"), list, more);
 }
 
 /** Deactivate / reactivate / delete: inventory writes (SECURITY_ADMIN), each waiting for the

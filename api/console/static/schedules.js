@@ -1,6 +1,7 @@
 // Schedules: the table with toggle and "run now", details with history, create/edit forms.
 import { J, api, get, may, query } from "./api.js";
 import { attempt, badge, fill, h, notice, table, when } from "./dom.js";
+import { commandsLink } from "./commands.js";
 
 const HISTORY_PAGE = 20;
 
@@ -92,7 +93,8 @@ export async function scheduleView({ main, session, args: [name] }) {
         `${stats.partially_failed} partially failed, ${stats.failed} failed, `,
         `${stats.fired} in flight, ${stats.skipped} skipped; success rate ${rate}.`),
       table(["occurrence", "fired", "reason", "outcome", "hosts", "commands", "error"],
-        page.data.map((run) => [when(run.occurrence), when(run.fired_at), run.reason,
+        page.data.map((run) => [commandsLink({ schedule: name, run: run.occurrence },
+          when(run.occurrence)), when(run.fired_at), run.reason,
           badge(run.outcome), run.hosts_matched, run.commands_issued, run.error || ""]),
         "No run yet."),
       h("div", { className: "actions" },
@@ -129,7 +131,8 @@ export async function scheduleView({ main, session, args: [name] }) {
     job.next_fire_times.length
       ? h("ol", { id: "next-fire-times" }, job.next_fire_times.map((at) => h("li", {}, when(at))))
       : h("p", { className: "muted" }, "None while disabled or paused."),
-    h("h2", {}, "Run history"), runs,
+    h("h2", {}, "Run history"),
+    commandsLink({ schedule: name }, "All commands of this schedule →"), runs,
     h("h2", {}, "Definition"), h("pre", {}, JSON.stringify(job.definition, null, 2)));
 }
 
