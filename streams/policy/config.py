@@ -19,8 +19,8 @@ def apply_config_change(
     if isinstance(change, SchedulerToggled):
         updates: dict[str, object] = {"enabled": change.enabled}
     elif isinstance(change, ScannerUpserted):
-        kept = [spec for spec in config.scanners if spec.name != change.scanner.name]
-        updates = {"scanners": [*kept, change.scanner]}
+        kept = [spec.model_dump() for spec in config.scanners if spec.name != change.scanner.name]
+        updates = {"scanners": [*kept, change.scanner.model_dump()]}
     else:
         updates = change.changes.model_dump(exclude_none=True)
         if not updates:

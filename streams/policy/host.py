@@ -453,7 +453,9 @@ def _schedule_retry(draft: _Draft, *, error: str, now: datetime, config: Schedul
     values["consecutive_scan_failures"] += 1
     values["attempt"] += 1
     values["last_error"] = error[:ERROR_MAX_CHARS]
-    values["next_scheduled_scan"] = now + timedelta(seconds=config.retry_delay_seconds)
+    adaptive = config.scanner(ADAPTIVE_SCANNER)
+    delay = adaptive.retry_delay_seconds if adaptive is not None else config.retry_delay_seconds
+    values["next_scheduled_scan"] = now + timedelta(seconds=delay)
 
 
 def _expire_maintenance(draft: _Draft, now: datetime, config: SchedulerConfig) -> None:
