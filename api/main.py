@@ -19,7 +19,17 @@ from api.deps import Runtime, reject_unknown_query
 from api.metrics import MetricsMiddleware, RequestMetrics
 from api.publisher import Publisher
 from api.queries import QUERY_TIMEOUT_SECONDS
-from api.routes import agents, commands, health, hosts, jobs, operations, scheduler, workers
+from api.routes import (
+    agents,
+    commands,
+    health,
+    hosts,
+    jobs,
+    operations,
+    scanners,
+    scheduler,
+    workers,
+)
 from api.tokens import TokenVerifier
 from kairos.floor.clock import Clock, clock_for_speed
 from kairos.floor.settings import Settings, topic_durability_problem
@@ -112,7 +122,7 @@ def create_app(
     # The health routes sit on the app itself rather than in an included router, so that
     # `app.routes` lists them for tools that look there (the compose healthcheck test does).
     app.router.routes.extend(health.router.routes)
-    for module in (scheduler, hosts, operations, commands, workers):
+    for module in (scheduler, scanners, hosts, operations, commands, workers):
         app.include_router(module.router)
     # Generic schedules are listed in the OpenAPI document (JOBS_IN_OPENAPI), so the role
     # matrix of tests/integration/test_api.py, which covers every documented operation, holds

@@ -104,6 +104,17 @@ async def get_config(conn: psycopg.AsyncConnection) -> SchedulerConfigPublic:
     return SchedulerConfigPublic(**stored, version=row["version"], updated_at=row["updated_at"])
 
 
+async def in_flight_by_scanner(conn: psycopg.AsyncConnection) -> dict[str, int]:
+    """Commands issued and not yet ended (no outcome projected), by scanner."""
+    rows = await _rows(
+        conn,
+        "SELECT scanner, count(*) AS count FROM scan_commands WHERE outcome IS NULL"
+        " GROUP BY scanner",
+        {},
+    )
+    return {row["scanner"]: int(row["count"]) for row in rows}
+
+
 _SCANNABLE = "NOT maintenance_mode AND NOT deleted AND is_active AND status = 'up'"
 _DUE = f"{_SCANNABLE} AND next_scheduled_scan <= %(now)s"
 """Its scan time has come; with in_flight_command_id set it is queued or running."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kairos import eventscli, opscli
+from kairos import eventscli, opscli, scannercli
 from kairos.agent_cli import agent_app
 from kairos.floor.collection import pace_for_streaming
 from kairos.floor.memory import keep_returning_freed_memory
@@ -518,6 +518,7 @@ def _read_dev_env(ctx: typer.Context) -> None:
 
 
 opscli.register(app)
+scannercli.register(app)
 eventscli.register(app)
 # `kairos commands list` (through the API) beside `kairos commands tail` (from Kafka).
 eventscli.commands_app.command("list")(opscli.commands_list)

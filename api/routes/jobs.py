@@ -352,6 +352,18 @@ def _validated(definition: dict[str, Any]) -> Schedule | JSONResponse:
     return schedule
 
 
+async def _check_scanner(conn: Any, scanner: str) -> None:
+    """422 naming `scanner` unless the registry has it and it is active. A schedule whose
+    scanner is deactivated later stays: the dispatcher holds its commands until it is back."""
+    spec = (await queries.get_config(conn)).scanner(scanner)
+    if spec is None:
+        raise InvalidInput(
+            "scanner", f"no scanner named {scanner!r} is registered", location="body"
+        )
+    if not spec.is_active:
+        raise InvalidInput("scanner", f"scanner {scanner!r} is inactive", location="body")
+
+
 def _field(field: str, message: str) -> FieldErrorPublic:
     return FieldErrorPublic(field=field, location="body", message=message, type="value_error")
 
@@ -395,6 +407,7 @@ async def create_job(
     schedule = _validated(body.model_dump(exclude_unset=True))
     if isinstance(schedule, JSONResponse):
         return schedule
+    await _check_scanner(conn, schedule.scanner)
     _guard_system(caller, is_system=schedule.is_system, action="creating")
     if await queries.get_schedule(conn, name=schedule.name) is not None:
         raise HTTPException(409, f"a schedule named {schedule.name!r} exists; PATCH it")
@@ -517,6 +530,8 @@ async def update_job(
     schedule = _validated({**definition, **changes, "name": name})
     if isinstance(schedule, JSONResponse):
         return schedule
+    if "scanner" in changes:
+        await _check_scanner(conn, schedule.scanner)
     _guard_system(caller, is_system=schedule.is_system, action="changing")
     event = ScheduleUpserted(
         **stamp(caller, clock),

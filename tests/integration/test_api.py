@@ -30,7 +30,7 @@ from kairos.floor.db import connect, migrate
 from kairos.floor.settings import Settings
 from schemas.api import Role
 from schemas.base import ComplianceState
-from schemas.config import SchedulerConfig
+from schemas.config import ScannerSpec, SchedulerConfig
 from schemas.topics import CONFIG_KEY
 from streams.admin import ensure_topics
 from tests.support.kafka import Collector
@@ -269,7 +269,12 @@ def overdue(row: dict[str, Any]) -> bool:
     return due(row) and row["in_flight_command_id"] is None
 
 
-CONFIG = SchedulerConfig(interval_critical=45, max_concurrent_scans=7, version=3)
+CONFIG = SchedulerConfig(
+    interval_critical=45,
+    max_concurrent_scans=7,
+    scanners=(ScannerSpec(name="nmap", max_concurrent=2),),
+    version=3,
+)
 
 
 async def seed(conn: psycopg.AsyncConnection) -> None:
@@ -376,6 +381,10 @@ ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("GET", f"{P}/status", None, GUEST),
     ("GET", f"{P}/forecast?hours=6", None, GUEST),
     ("POST", f"{P}/initialize", None, ADMIN),
+    ("GET", f"{P}/scanners", None, GUEST),
+    ("GET", f"{P}/scanners/nmap", None, GUEST),
+    ("PUT", f"{P}/scanners/nmap", {"max_concurrent": 3}, ADMIN),
+    ("PATCH", f"{P}/scanners/compliance", {"timeout_seconds": 900}, ADMIN),
     ("POST", f"{P}/hosts:import", [{"id": "imported-1"}], ADMIN),
     ("GET", f"{P}/hosts-due?limit=5", None, GUEST),
     ("GET", f"{P}/hosts", None, GUEST),
@@ -442,7 +451,8 @@ def _template(path: str) -> str:
     bare = path.split("?")[0]
     for concrete, template in (("h-001", "{host_id}"), ("h-002", "{host_id}"),
                                ("h-003", "{host_id}"), ("cmd-h1-1", "{command_id}"),
-                               ("/nightly", "/{name}"),
+                               ("/nightly", "/{name}"), ("/scanners/nmap", "/scanners/{name}"),
+                               ("/scanners/compliance", "/scanners/{name}"),
                                ("/agents/compliance/", "/agents/{scanner}/")):  # fmt: skip
         bare = bare.replace(concrete, template)
     return bare
@@ -501,7 +511,7 @@ async def test_config_before_any_change_is_the_documented_defaults(
     async with running_api(settings) as client:
         response = await client.get(f"{P}/config", headers=bearer(token))
     assert response.status_code == 200
-    assert response.json() == {**SchedulerConfig().model_dump(), "updated_at": None}
+    assert response.json() == {**SchedulerConfig().model_dump(mode="json"), "updated_at": None}
 
 
 async def test_status_counts_from_counters_and_due_index(stack: Stack) -> None:

@@ -26,6 +26,7 @@ from schemas.schedules import Schedule
 from tests.integration.test_api import api_settings, bearer, prepare, running_api
 from tests.support.factories import host_created
 from tests.support.kafka import Collector, publish, start_producer
+from tests.support.scanners import put_scanners, register_scanners
 from tests.support.stack import kairos_executable, settings_env
 
 pytestmark = pytest.mark.integration
@@ -47,6 +48,8 @@ async def test_writes_validate_and_publish_keyed_by_name(
 ) -> None:
     settings = api_settings(bootstrap_servers, postgres_server, broker_kind)
     tokens = await prepare(settings)
+    # No worker applies events here: nmap is registered in the read model directly.
+    await register_scanners(settings.database_url, "nmap")
     admin, guest = bearer(tokens[Role.SECURITY_ADMIN]), bearer(tokens[Role.GUEST])
     names = settings.topics
     async with (
@@ -94,6 +97,7 @@ async def test_created_job_runs_and_its_history_counts_skipped_runs(make_setting
     await producer.stop()
     target = {"filter": {"field": "labels.env", "op": "eq", "value": "absent"}}
     async with running_api(settings) as client:
+        await put_scanners(client, admin, "nmap")
         response = await client.post(J, json=job("hourly", targets=target), headers=admin)
         assert response.status_code == 202
         history: dict[str, Any] = {}
@@ -126,6 +130,7 @@ async def test_cli_creates_a_schedule_through_the_api_and_refuses_a_bad_rrule(
     settings: Settings, tmp_path: Path
 ) -> None:
     tokens = await prepare(settings)
+    await register_scanners(settings.database_url, "nmap")  # no worker runs here
     names = settings.topics
     bad = tmp_path / "bad.json"
     bad.write_text(
@@ -195,6 +200,7 @@ async def test_documented_schedule_bodies_are_what_the_api_accepts_and_refuses(
     settings: Settings,
 ) -> None:
     tokens = await prepare(settings)
+    await register_scanners(settings.database_url, "nmap")  # no worker runs here
     admin = bearer(tokens[Role.SECURITY_ADMIN])
     blocks = _documented_bodies()
     bodies = [block for block in blocks if "recurrence" in block]

@@ -15,6 +15,7 @@ import pytest
 from schemas.api import Role
 from tests.integration.test_api import bearer, prepare, running_api
 from tests.support.kafka import Collector
+from tests.support.scanners import put_scanners
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -60,6 +61,7 @@ async def test_only_super_admin_writes_a_system_schedule_and_its_delete_works(
     lesser = [Role.GUEST, Role.SECURITY_ANALYST, Role.SECURITY_ADMIN]
     system = job("sys-inventory", is_system=True)
     async with running_api(settings) as client:
+        await put_scanners(client, headers[Role.SECURITY_ADMIN], "nmap")
         for role in lesser:
             answer = await client.post(J, json=system, headers=headers[role])
             assert answer.status_code == 403, (role, answer.text)
@@ -106,6 +108,7 @@ async def test_if_match_refuses_an_edit_of_a_schedule_that_changed_meanwhile(
     tokens = await prepare(settings)
     admin = bearer(tokens[Role.SECURITY_ADMIN])
     async with running_api(settings) as client:
+        await put_scanners(client, admin, "nmap")
         assert (await client.post(J, json=job("etagged"), headers=admin)).status_code == 202
         path = f"{J}/etagged"
         first = await until(client, path, admin, lambda r: r.status_code == 200)
@@ -141,6 +144,7 @@ async def test_a_schedule_created_again_under_a_deleted_name_has_no_history(
     admin = bearer(tokens[Role.SECURITY_ADMIN])
     path = f"{J}/reborn"
     async with running_api(settings) as client:
+        await put_scanners(client, admin, "nmap")
         assert (await client.post(J, json=job("reborn"), headers=admin)).status_code == 202
         await until(
             client,
@@ -166,6 +170,7 @@ async def test_trigger_and_backfill_carry_their_own_overlap_policy(make_settings
     admin = bearer(tokens[Role.SECURITY_ADMIN])
     topic = settings.topics.schedule_changes
     async with Collector(settings, topic) as changes, running_api(settings) as client:
+        await put_scanners(client, admin, "nmap")
         assert (await client.post(J, json=job("overlapping"), headers=admin)).status_code == 202
         path = f"{J}/overlapping"
         await until(client, path, admin, lambda r: r.status_code == 200)
@@ -180,9 +185,13 @@ async def test_trigger_and_backfill_carry_their_own_overlap_policy(make_settings
         )
         assert backfill.status_code == 202, backfill.text
         await changes.wait_for(
-            lambda: len(changes.values(topic)) >= 4, timeout=15, what="the published requests"
+            lambda: len(changes.values(topic)) >= 5, timeout=15, what="the published requests"
         )
-    published = [(v["type"], v.get("overlap")) for v in changes.values(topic)]
+    published = [
+        (v["type"], v.get("overlap"))
+        for v in changes.values(topic)
+        if v["type"] != "scanner.upserted"  # the registration of nmap, on its own key
+    ]
     assert published[1:4] == [
         ("schedule.triggered", "allow"),
         ("schedule.triggered", None),
