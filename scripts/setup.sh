@@ -47,6 +47,13 @@ if [ "${CI:-}" = "true" ] && { ! command -v chromium >/dev/null || ! command -v 
         apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
     fi
 fi
+# kcat publishes with librdkafka's default partitioner in tests/integration/test_any_producer.py.
+if [ "${CI:-}" = "true" ] && ! command -v kcat >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "kairos: installing kcat for the any-producer test" >&2
+        apt-get update -qq && apt-get install -y -qq kcat >/dev/null
+    fi
+fi
 if command -v java >/dev/null && command -v mvn >/dev/null; then
     step "checking Apache Kafka's jars (Maven fetches them on the first run only)"
     "$VENV/bin/python" -c 'from kairos.localstack.apache import fetch_kafka_jars; fetch_kafka_jars()'
