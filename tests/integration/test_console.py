@@ -28,6 +28,7 @@ from tests.integration.test_api_worker import eventually
 from tests.support.agents import ScannerFleet
 from tests.support.factories import host_created
 from tests.support.kafka import publish, start_producer
+from tests.support.scanners import put_scanners
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -131,6 +132,7 @@ async def _seed_fleet(settings: Settings, admin: dict[str, str]) -> None:
     async with app.router.lifespan_context(app), ScannerFleet(settings, score_for=score_for):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://kairos") as client:
+            await put_scanners(client, admin, "nmap")  # the schedules' scanner, registered
             for host_id in [*SCORES, "edge-1"]:
                 await eventually(
                     client,
@@ -166,6 +168,10 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         driver.get(f"{base}/#/hosts/edge-1")
         shown(driver, "h1", lambda element: element.text.startswith("Host edge-1"))
         for action in ("#force-scan", "#deactivate-host", "#delete-host", "#confirm-delete"):
+            assert not driver.find_elements(By.CSS_SELECTOR, action), action
+        driver.get(f"{base}/#/scanners")
+        shown(driver, "#scanners", lambda element: "nmap" in element.text)
+        for action in (".switch-scanner", ".edit-scanner", "#scanner-form"):
             assert not driver.find_elements(By.CSS_SELECTOR, action), action
         shown(driver, "#sign-out").click()
 
@@ -264,6 +270,24 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
         shown(driver, "#confirm-delete", lambda element: "edge-1" in element.text).click()
         shown(driver, "h1", lambda element: element.text == "Hosts (5)")
 
+        # The scanner registry: compliance first, nmap's pool edited, then nmap switched off.
+        driver.get(f"{base}/#/scanners")
+        rows = shown(driver, "#scanners tbody", lambda element: "nmap" in element.text)
+        names = [row.text.split()[0] for row in rows.find_elements(By.TAG_NAME, "tr")]
+        assert names == ["compliance", "nmap"], names
+        driver.get(f"{base}/#/scanners?edit=nmap")
+        form = shown(driver, "#scanner-form", lambda element: "Edit nmap" in element.text)
+        pool = form.find_element(By.NAME, "max_concurrent")
+        pool.clear()
+        pool.send_keys("3")
+        shown(driver, "#save-scanner").click()
+        shown(driver, "#action-result", lambda element: "nmap saved" in element.text)
+        shown(driver, "#scanners tbody", lambda e: re.search(r"nmap\s+active\s+\d+ / 3\b", e.text))
+        shown(driver, "button.switch-scanner[data-name='nmap']").click()
+        shown(driver, "#action-result", lambda element: "deactivated" in element.text)
+        row = shown(driver, "#scanners tbody", lambda e: re.search(r"nmap\s+inactive", e.text))
+        assert "Activate" in row.text
+
     # The browser's changes, checked against the API itself.
     app = create_app(settings)
     async with app.router.lifespan_context(app):
@@ -272,6 +296,8 @@ async def test_console_shows_the_fleet_and_creates_and_toggles_a_schedule(
             job = (await client.get(f"{J}/nightly-web", headers=admin)).json()
             forecast = (await client.get(f"{P}/forecast", headers=admin)).json()
             deleted = await client.get(f"{P}/hosts/edge-1", headers=admin)
+            nmap = (await client.get(f"{P}/scanners/nmap", headers=admin)).json()
+    assert (nmap["is_active"], nmap["max_concurrent"]) == (False, 3)
     assert forecast_says_kept is forecast["promise_kept"]
     assert deleted.status_code == 404
     assert job["enabled"] is False

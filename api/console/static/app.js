@@ -6,6 +6,7 @@ import { deadLettersView, configView } from "./admin.js";
 import { fleetView } from "./fleet.js";
 import { forecastView } from "./forecast.js";
 import { hostsView, hostView } from "./hosts.js";
+import { scannersView } from "./scanners.js";
 import { scheduleFormView, scheduleView, schedulesView } from "./schedules.js";
 import { workersView } from "./workers.js";
 
@@ -26,6 +27,7 @@ const ROUTES = [
   [/^#\/forecast$/, forecastView],
   [/^#\/commands$/, commandsView],
   [/^#\/workers$/, workersView],
+  [/^#\/scanners$/, scannersView],
 ];
 
 function signIn(message) {
