@@ -807,6 +807,7 @@ async def forecast_inputs(
         "max_concurrent_scans": config.max_concurrent_scans,
         "scan_seconds": durations,
         "promise": timedelta(minutes=config.max_interval_minutes),
+        "promise_guard": timedelta(minutes=config.promise_guard_minutes),
     }
 
 

@@ -5,10 +5,12 @@ commands generic schedules will send, the cap on concurrent scans and the measur
 duration (agent start to result, or command issue to result when the agent sent no start),
 `forecast` replays the coming hours as the dispatcher would if nothing changed: `cap` slots;
 commands start in due order (earlier first, then higher priority, then host id) as soon as a
-slot is free; each scan takes the median measured duration; an adaptive host's next scan is
-due its interval after its scan ends. It answers, per hour, how many commands come due and
-how many the cap can run, and which hosts would be scanned later than promised: later than
-their last scan plus the promise (48 h), or plus their interval when that is longer.
+slot is free, except that with the promise guard a host whose promise runs out within it
+starts first, earliest deadline first; each scan takes the median measured duration; an
+adaptive host's next scan is due its interval after its scan ends. It answers, per hour, how
+many commands come due and how many the cap can run, and which hosts would be scanned later
+than promised: later than their last scan plus the promise (48 h), or plus their interval
+when that is longer.
 
 Shared by the API (it reads the inputs from the read model) and tests; no I/O, no clock.
 """
@@ -119,6 +121,24 @@ def deadline_of(host: HostLoad, promise: timedelta) -> datetime:
     return base + max(promise, host.interval)
 
 
+def _guarded_first(
+    guarded: list[tuple[datetime, str, datetime]],
+    waiting: dict[str, datetime],
+    at: datetime,
+    guard: timedelta,
+) -> tuple[datetime, str, datetime] | None:
+    """The waiting host that must start at `at` ahead of every other: due by then, with its
+    promise running out within `guard`; earliest deadline first. Popped when returned."""
+    while guarded and waiting.get(guarded[0][1]) != guarded[0][2]:
+        heapq.heappop(guarded)  # Started since: a stale entry.
+    if not guarded:
+        return None
+    deadline, _, due = guarded[0]
+    if due <= at and deadline - at <= guard:
+        return heapq.heappop(guarded)
+    return None
+
+
 def forecast(
     *,
     now: datetime,
@@ -128,8 +148,12 @@ def forecast(
     max_concurrent_scans: int,
     scan_seconds: Sequence[float],
     promise: timedelta = PROMISE,
+    promise_guard: timedelta = timedelta(0),
 ) -> Forecast:
-    """The coming `hours` from `now`, if nothing changes (see the module docstring)."""
+    """The coming `hours` from `now`, if nothing changes (see the module docstring).
+
+    With `promise_guard`, a waiting host whose promise runs out within it when a slot frees
+    starts first, earliest deadline first, as the dispatcher ranks it."""
     horizon = now + timedelta(hours=hours)
     p50 = percentile(scan_seconds, 0.5) if scan_seconds else DEFAULT_SCAN_SECONDS
     p90 = percentile(scan_seconds, 0.9) if scan_seconds else DEFAULT_SCAN_SECONDS
@@ -147,10 +171,21 @@ def forecast(
     # commands wait together and start one by one.
     queue: list[tuple[datetime, int, str, int, str | None]] = []
     hosts_by_id = {host.host_id: host for host in hosts}
+    waiting: dict[str, datetime] = {}
+    """Each waiting host's due time: a host's entry in `queue` or `guarded` is current only
+    while it matches."""
+    guarded: list[tuple[datetime, str, datetime]] = []
+    """Waiting hosts by the deadline of their promise, when the guard is on."""
+
+    def enqueue(host: HostLoad, due: datetime, last_scan: datetime | None) -> None:
+        waiting[host.host_id] = due
+        heapq.heappush(queue, (due, -host.priority, host.host_id, 1, host.host_id))
+        if promise_guard:
+            base = last_scan or due
+            heapq.heappush(guarded, (base + max(promise, host.interval), host.host_id, due))
+
     for host in hosts_by_id.values():
-        heapq.heappush(
-            queue, (max(host.due_at, now), -host.priority, host.host_id, 1, host.host_id)
-        )
+        enqueue(host, max(host.due_at, now), host.last_scan_completed)
     for number, load in enumerate(scheduled):
         if now <= load.fire_at < horizon and load.commands > 0:
             tie = f"~{load.schedule_id}/{number}"
@@ -161,7 +196,18 @@ def forecast(
     first_start: dict[str, datetime] = {}
     counted: set[tuple[str, datetime]] = set()
     while queue and cap:
-        due, negative_priority, tie, count, host_id = heapq.heappop(queue)
+        head = queue[0]
+        if head[4] is not None and waiting.get(head[4]) != head[0]:
+            heapq.heappop(queue)  # A host started from the guarded heap.
+            continue
+        entry = _guarded_first(guarded, waiting, max(head[0], slots[0]), promise_guard)
+        chosen: tuple[datetime, int, str, int, str | None]
+        if entry is not None:
+            guarded_host = hosts_by_id[entry[1]]
+            chosen = (entry[2], -guarded_host.priority, entry[1], 1, entry[1])
+        else:
+            chosen = heapq.heappop(queue)
+        due, negative_priority, tie, count, host_id = chosen
         if due >= horizon:
             break
         if (tie, due) not in counted:
@@ -184,9 +230,12 @@ def forecast(
             continue
         first_start.setdefault(host_id, begins)
         host = hosts_by_id[host_id]
-        heapq.heappush(queue, (ends + host.interval, negative_priority, tie, 1, host_id))
+        del waiting[host_id]
+        enqueue(host, ends + host.interval, ends)
     # What is left waiting was due within the horizon but never started.
     for due, _, tie, count, host_id in queue:
+        if host_id is not None and waiting.get(host_id) != due:
+            continue
         if due < horizon and (tie, due) not in counted:
             counted.add((tie, due))
             if host_id is None:

@@ -127,3 +127,20 @@ def test_no_pool_and_no_ceiling_is_ever_exceeded(
     if queue.in_flight_count < cap:
         for scanner, count in queue.waiting_by_scanner().items():
             assert queue.in_flight_for_scanner(scanner) >= pools[scanner], (scanner, count)
+
+
+def test_a_schedule_burst_does_not_push_a_host_past_its_promise() -> None:
+    """The forecast's case: two slots, a schedule's four commands at a higher priority, and a
+    host whose promise runs out in 90 minutes: with the guard, the host takes a slot first."""
+    burst = [_request(f"inventory-{i}", "inventory", priority=9) for i in range(4)]
+    late = dispatch_request("late", priority=3).model_copy(
+        update={"promise_at": NOW + timedelta(minutes=90)}
+    )
+    queue = _queue(*burst, late)
+
+    issued = queue.issue(now=NOW, cap=2, timeout=TIMEOUT, promise_guard_minutes=120)
+
+    assert "late" in [item.command.command_id for item in issued]
+    unguarded = _queue(*burst, late.model_copy(update={"command_id": "late-2"}))
+    first = unguarded.issue(now=NOW, cap=2, timeout=TIMEOUT, promise_guard_minutes=0)
+    assert "late-2" not in [item.command.command_id for item in first]

@@ -82,6 +82,24 @@ def test_schedule_commands_take_slots_and_push_a_host_past_its_promise() -> None
     assert (miss.host_id, miss.starts_at) == ("late", NOW + 120 * MIN)
 
 
+def test_with_the_promise_guard_the_host_goes_first_and_keeps_its_promise() -> None:
+    # The same load, as the dispatcher ranks it with its promise guard (120 min by default):
+    # the host's promise runs out 90 min from now, within the guard, so it takes a slot at 0.
+    host = HostLoad("late", NOW, timedelta(hours=24), NOW - timedelta(hours=46, minutes=30))
+    burst = ScheduledLoad("inventory", NOW, commands=4, priority=9)
+    result = forecast(
+        now=NOW,
+        hours=4,
+        hosts=[host],
+        scheduled=[burst],
+        max_concurrent_scans=2,
+        scan_seconds=[3600],
+        promise_guard=timedelta(minutes=120),
+    )
+    assert result.misses == ()
+    assert [h.started for h in result.hourly] == [2, 2, 1, 0]
+
+
 def test_a_host_never_reached_within_the_horizon_is_a_miss_without_a_start() -> None:
     hosts = [HostLoad(f"h{n}", NOW, timedelta(hours=24)) for n in range(5)]
     stale = HostLoad("stale", NOW, timedelta(hours=24), NOW - timedelta(hours=49))
