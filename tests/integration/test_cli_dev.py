@@ -244,6 +244,10 @@ def test_api_answers_become_exit_codes(dev: DevRun, tmp_path: Path) -> None:
     }
     job = tmp_path / "job.json"
     job.write_text(json.dumps(schedule))
+    unregistered = dev.kairos("schedules", "create", "--file", str(job))
+    assert unregistered.code == 6 and "scanner" in unregistered.stderr
+    registered = dev.kairos("scanners", "set", "vulnerability", "--max-concurrent", "2")
+    assert registered.code == 0 and "vulnerability: active, pool 2" in registered.stdout
     first = dev.kairos("schedules", "create", "--file", str(job))
     assert first.code == 0, first.stderr
     eventually(lambda: dev.kairos("schedules", "show", schedule["name"]), lambda r: r.code == 0)
