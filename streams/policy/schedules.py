@@ -542,6 +542,8 @@ def _trigger_on_object(draft: _Draft, event: ObjectEvent) -> str | None:
             occurrence=occurred,
             due_at=draft.now,
             reason=RunReason.TRIGGER,
+            # The run history lists one incarnation's runs: without it, never shown.
+            incarnation=draft.values["incarnation"],
             object_id=event.object_id,
             operation=event.operation,
             object_attributes=event.attributes,

@@ -494,6 +494,17 @@ def test_object_event_starts_a_one_object_trigger_run(operation: Operation) -> N
     assert run_dispatched(decision.state, run, 1, now=at(2)).ignored == "untracked_run"
 
 
+def test_a_trigger_run_belongs_to_the_schedules_incarnation() -> None:
+    """The run history lists the runs of the schedule's incarnation: a trigger run without
+    one was recorded and never shown."""
+    state = trigger_schedule(Operation.CREATED)
+    event = object_event("host-9", Operation.CREATED, at=at(2))
+
+    (run,) = decide_schedule(state, event, now=at(2, 1)).runs
+
+    assert run.incarnation is not None and run.incarnation == state.incarnation
+
+
 @pytest.mark.parametrize(
     ("event_operation", "object_type"),
     [(Operation.UPDATED, "host"), (Operation.DELETED, "host"), (Operation.CREATED, "container")],
