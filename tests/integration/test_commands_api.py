@@ -7,8 +7,11 @@ SQL (only their organization matters here). The API answers from that read model
 
 from __future__ import annotations
 
+import json
+import subprocess
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,7 +28,9 @@ from schemas.results import ScanCompleted, ScanStatus
 from schemas.schedules import ScheduleRunRecorded
 from streams.policy.targets import occurrence_command_id
 from tests.integration.test_api import T0, P, bearer, insert_host, prepare, running_api
+from tests.integration.test_schedules_api import kairos_api
 from tests.support.kafka import start_producer, wait_until
+from tests.support.stack import kairos_executable, settings_env
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +105,7 @@ NIGHTLY_A2 = occurrence_command_id(NIGHTLY, RUN_2, "host-a")
 
 
 async def test_commands_are_listed_across_the_fleet_filtered_and_paged(
-    settings: Settings, projectors
+    settings: Settings, projectors, tmp_path: Path
 ) -> None:
     tokens = await prepare(settings)
     async with await connect(settings.database_url) as conn:
@@ -248,6 +253,31 @@ async def test_commands_are_listed_across_the_fleet_filtered_and_paged(
         assert response.status_code == 401
         response = await client.get(f"{P}/commands", headers=bearer(tokens[Role.AGENT]))
         assert response.status_code == 403
+
+    # `kairos commands list`: the same filters, through the API.
+    with kairos_api(settings, tmp_path) as url:
+        env = {**settings_env(settings), "KAIROS_API_URL": url, "KAIROS_TOKEN": tokens[Role.GUEST]}
+
+        def kairos(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*kairos_executable(), "commands", "list", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        listed = kairos("--organization", "acme", "--state", "timed_out", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [c["command_id"] for c in json.loads(listed.stdout)["data"]] == ["cmd-late"]
+        paged = kairos("--schedule", NIGHTLY, "--run", RUN_1.isoformat(), "--limit", "1", "--all")
+        assert paged.returncode == 0, paged.stderr
+        assert NIGHTLY_A1 in paged.stdout and NIGHTLY_B1 in paged.stdout
+        assert "2 command(s)" in paged.stdout
+        window = kairos("--from", ISSUED["b"].isoformat(), "--until", ISSUED["d"].isoformat())
+        assert "cmd-late" in window.stdout and "cmd-ok" not in window.stdout
+        refused = kairos("--state", "lost")
+        assert refused.returncode == 6 and "422" in refused.stderr and "state" in refused.stderr
 
 
 async def _bad_filters_are_422_naming_the_field(

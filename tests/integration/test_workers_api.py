@@ -7,8 +7,10 @@ timeout on every membership change.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,8 +19,10 @@ import pytest
 from kairos.floor.settings import Settings
 from schemas.api import Role
 from tests.integration.test_api import P, bearer, prepare, running_api
+from tests.integration.test_schedules_api import kairos_api
 from tests.support.factories import host_created
 from tests.support.kafka import start_producer
+from tests.support.stack import kairos_executable, settings_env
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +71,7 @@ def assigned(body: dict[str, Any]) -> Counter[tuple[str, int]]:
 
 
 async def test_workers_lists_two_members_one_owning_the_dispatch_queue(
-    cluster_settings: Settings, workers
+    cluster_settings: Settings, workers, tmp_path: Path
 ) -> None:
     settings = cluster_settings
     names = settings.topics
@@ -124,6 +128,24 @@ async def test_workers_lists_two_members_one_owning_the_dispatch_queue(
         one = (await client.get(f"{P}/workers", headers=guest)).json()
         two = (await client.get(f"{P}/workers", headers=guest)).json()
         assert one["observed_at"] == two["observed_at"]
+
+        # `kairos workers`: the same answer, through the API.
+        with kairos_api(settings, tmp_path) as url:
+            env = {
+                **settings_env(settings),
+                "KAIROS_API_URL": url,
+                "KAIROS_TOKEN": tokens[Role.GUEST],
+            }
+            shown = subprocess.run(
+                [*kairos_executable(), "workers"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert shown.returncode == 0, shown.stderr
+            assert "2 member(s); dispatch owner: " + owners[0]["member_id"] in shown.stdout
+            assert shown.stdout.count(" owner\n") == 1, shown.stdout
 
         # One worker leaves: the other is the only member and owns everything.
         first.stop()
