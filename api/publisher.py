@@ -26,6 +26,9 @@ from schemas.topics import CONFIG_KEY
 
 log = logging.getLogger(__name__)
 
+ACTOR_HEADER = "kairos-actor"
+"""Header naming the token behind an `object-created` event the API publishes."""
+
 
 def key_of(change: ScheduleChange) -> str:
     """host_id for host.* changes, the schedule id for schedule.* ones, `config` for the rest."""
@@ -86,17 +89,38 @@ class Publisher:
         await self._send(topic, change.model_dump_json().encode(), key_of(change))
         return Accepted(event_id=change.event_id)
 
-    async def publish_object(self, event: ObjectEvent) -> Accepted:
-        """Send an inventory event on `object-created`, keyed by its object id."""
+    async def publish_object(self, event: ObjectEvent, *, actor: str | None = None) -> Accepted:
+        """Send an inventory event on `object-created`, keyed by its object id. `actor` (the
+        token that asked) travels in the ACTOR_HEADER: the contract has no field for it."""
         topic = self._settings.topics.object_created
-        await self._send(topic, event.model_dump_json().encode(), event.object_id)
+        await self._send(topic, event.model_dump_json().encode(), event.object_id, actor=actor)
         return Accepted(event_id=event.event_id)
 
-    async def _send(self, topic: str, value: bytes, key: str) -> None:
+    async def republish(self, topic: str, value: bytes, key: str | None) -> tuple[int, int]:
+        """Send `value` as it is to `topic` with `key` (a dead letter sent again), acknowledged;
+        returns the record's (partition, offset)."""
         producer = await self._ready()
         try:
+            sent = await asyncio.wait_for(
+                producer.send_and_wait(
+                    topic, value, key=None if key is None else key.encode()
+                ),
+                self._timeout,
+            )
+        except (TimeoutError, KafkaError, OSError) as error:
+            raise KafkaUnavailable(
+                f"{self._where} did not acknowledge the record on {topic} within "
+                f"{self._timeout:g}s ({_described(error)}); it may not have been published"
+            ) from None
+        return sent.partition, sent.offset
+
+    async def _send(self, topic: str, value: bytes, key: str, *, actor: str | None = None) -> None:
+        producer = await self._ready()
+        headers = None if actor is None else [(ACTOR_HEADER, actor.encode())]
+        try:
             await asyncio.wait_for(
-                producer.send_and_wait(topic, value, key=key.encode()), self._timeout
+                producer.send_and_wait(topic, value, key=key.encode(), headers=headers),
+                self._timeout,
             )
         except (TimeoutError, KafkaError, OSError) as error:
             raise KafkaUnavailable(
@@ -121,7 +145,9 @@ class Publisher:
                 f"{self._timeout:g}s ({_described(error)}); report it again"
             ) from None
 
-    async def publish_objects(self, events: Sequence[ObjectEvent], *, batch_size: int) -> int:
+    async def publish_objects(
+        self, events: Sequence[ObjectEvent], *, batch_size: int, actor: str | None = None
+    ) -> int:
         """Send `events` on `object-created` (key = object id), `batch_size` at a time.
 
         Each batch is handed to the producer without waiting per record, then awaited whole
@@ -130,13 +156,17 @@ class Publisher:
         """
         producer = await self._ready()
         topic = self._settings.topics.object_created
+        headers = None if actor is None else [(ACTOR_HEADER, actor.encode())]
         batches = 0
         for start in range(0, len(events), batch_size):
             chunk = events[start : start + batch_size]
             try:
                 sent = [
                     await producer.send(
-                        topic, event.model_dump_json().encode(), key=event.object_id.encode()
+                        topic,
+                        event.model_dump_json().encode(),
+                        key=event.object_id.encode(),
+                        headers=headers,
                     )
                     for event in chunk
                 ]

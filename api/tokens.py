@@ -16,12 +16,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import re
 import secrets
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 
@@ -103,9 +106,10 @@ async def issue_token(
     name: str,
     secret: str,
     ttl: timedelta | None = None,
+    actor: str = "system",
 ) -> IssuedToken:
     """Store a new token for `role` (expiring `ttl` from now, by the database's clock) and
-    return it; only its hash is kept."""
+    return it; only its hash is kept. The audit row naming `actor` is written with it."""
     token = sign(TOKEN_PREFIX + secrets.token_urlsafe(32), secret)
     cursor = await conn.execute(
         "INSERT INTO api_tokens (token_hash, name, role, expires_at)"
@@ -113,6 +117,9 @@ async def issue_token(
         (hash_token(token), name, role.name, ttl),
     )
     row = await cursor.fetchone()
+    expires_at = row[0] if row else None
+    summary = {"role": role.name, "expires_at": expires_at.isoformat() if expires_at else None}
+    await _audit(conn, actor, "token.created", name, summary)
     await conn.commit()
     return IssuedToken(token, row[0] if row else None)
 
@@ -157,9 +164,14 @@ async def caller_of(conn: psycopg.AsyncConnection, token: str) -> tuple[str, Rol
 
 
 async def revoke_token(
-    conn: psycopg.AsyncConnection, *, name: str | None = None, token: str | None = None
+    conn: psycopg.AsyncConnection,
+    *,
+    name: str | None = None,
+    token: str | None = None,
+    actor: str = "system",
 ) -> int:
     """Revoke the token given, or every token with `name`; return how many were revoked.
+    Each revoked token gets an audit row naming `actor`, in the same transaction.
 
     A running API stops accepting it within its token cache time
     (`KAIROS_API_TOKEN_CACHE_SECONDS`).
@@ -171,11 +183,26 @@ async def revoke_token(
     else:
         where, value = "name = %s", name
     cursor = await conn.execute(
-        f"UPDATE api_tokens SET revoked_at = now() WHERE {where} AND revoked_at IS NULL",
+        f"UPDATE api_tokens SET revoked_at = now() WHERE {where} AND revoked_at IS NULL"
+        " RETURNING name",
         (value,),
     )
+    revoked = [row[0] for row in await cursor.fetchall()]
+    for revoked_name in revoked:
+        await _audit(conn, actor, "token.revoked", revoked_name, {})
     await conn.commit()
-    return cursor.rowcount
+    return len(revoked)
+
+
+async def _audit(
+    conn: psycopg.AsyncConnection, actor: str, kind: str, name: str, summary: dict[str, Any]
+) -> None:
+    """An audit row about the token named `name`, in the caller's transaction."""
+    await conn.execute(
+        "INSERT INTO audit (event_id, at, actor, type, subject_kind, subject_id, summary)"
+        " VALUES (%s, now(), %s, %s, 'token', %s, %s::jsonb)",
+        (uuid.uuid4(), actor[:255], kind, name, json.dumps(summary)),
+    )
 
 
 class TokenRefused(PermissionError):

@@ -467,6 +467,7 @@ def token_create(
                 name=name,
                 secret=settings.token_secret.get_secret_value(),
                 ttl=lifetime,
+                actor=_cli_actor(),
             )
         expiry = issued.expires_at.isoformat() if issued.expires_at else "never"
         return issued.token, expiry
@@ -479,6 +480,16 @@ def token_create(
     print(token)
 
 
+def _cli_actor() -> str:
+    """Who the audit names for a token made or revoked from this command line."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):
+        return "cli"
+
+
 @token_app.command("revoke")
 def token_revoke(
     name: Annotated[str | None, typer.Option(help="Revoke every token with this name.")] = None,
@@ -487,15 +498,16 @@ def token_revoke(
     """Revoke tokens by name or by value; a running API refuses them within
     KAIROS_API_TOKEN_CACHE_SECONDS (30 s by default)."""
     from api.tokens import revoke_token
-    from kairos.floor.db import DatabaseUnavailable, connect
+    from kairos.floor.db import DatabaseUnavailable, connect, migrate
 
     if (name is None) == (token is None):
         raise _fail("give exactly one of --name or --token")
     settings = _settings()
 
     async def revoke() -> int:
+        await migrate(settings.database_url, timeout=settings.connect_timeout_seconds)
         async with await connect(settings.database_url) as conn:
-            return await revoke_token(conn, name=name, token=token)
+            return await revoke_token(conn, name=name, token=token, actor=_cli_actor())
 
     try:
         revoked = asyncio.run(revoke())

@@ -159,7 +159,9 @@ async def import_hosts(
         )
         for row in rows
     ]
-    batches = await publisher.publish_objects(events, batch_size=IMPORT_BATCH_SIZE)
+    batches = await publisher.publish_objects(
+        events, batch_size=IMPORT_BATCH_SIZE, actor=caller.name[:255]
+    )
     return HostsImported(hosts=len(events), batches=batches)
 
 
@@ -189,7 +191,7 @@ async def create_host(
         object_id=body.host_id,
         attributes=attributes,
     )
-    receipt = await publisher.publish_object(event)
+    receipt = await publisher.publish_object(event, actor=caller.name[:255])
     return await answer(
         receipt,
         wait=wait,
@@ -306,7 +308,7 @@ async def _publish_activity(
         operation=Operation.UPDATED,
         attributes=ObjectAttributes.model_validate({**current, "is_active": active}),
     )
-    receipt = await publisher.publish_object(event)
+    receipt = await publisher.publish_object(event, actor=caller.name[:255])
     unchanged = before.is_active == active
     return await answer(
         receipt,
@@ -393,7 +395,7 @@ async def delete_host(
         object_id=host_id,
         operation=Operation.DELETED,
     )
-    receipt = await publisher.publish_object(event)
+    receipt = await publisher.publish_object(event, actor=caller.name[:255])
 
     async def gone() -> Accepted | None:
         if await queries.get_host(conn, host_id=host_id) is not None:

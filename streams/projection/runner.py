@@ -26,7 +26,8 @@ from schemas.base import Contract
 from schemas.internal import CommandTimedOut, ConfigPublished
 from streams import codec
 from streams.codec import Undecodable
-from streams.projection import alerts
+from streams.projection import alerts, audit
+from streams.projection.audit import AuditEntry
 from streams.projection.writer import BatchSummary, Change, apply, event_time
 from streams.topology import HOSTS
 
@@ -56,7 +57,7 @@ class Projector:
         self.settings = settings
         self.clock = clock
         names = settings.topics
-        self._decoders: dict[str, Callable[[Any], Change | None]] = {
+        self._decoders: dict[str, Callable[[Any], Change | AuditEntry | None]] = {
             # Each host's schedule as its worker's table keeps it: the changelog is the one
             # record of a host's change (streams.codec.host_changelog_change).
             HOSTS.changelog(settings): _host_changelog,
@@ -67,6 +68,9 @@ class Projector:
             names.scheduler_control: _only(ConfigPublished, codec.control_message),
             names.schedules: _decoder(codec.schedule_state_changed),
             names.schedule_runs: _decoder(codec.schedule_run_recorded),
+            # Every change, from whichever producer, becomes an audit row.
+            names.schedule_changes: audit.decode_change,
+            names.object_created: audit.decode_object,
         }
         self.applied = 0
         self.skipped = 0
@@ -159,9 +163,9 @@ class Projector:
 
     def _decode(
         self, batches: dict[TopicPartition, list[Any]]
-    ) -> tuple[list[Change], dict[TopicPartition, datetime]]:
+    ) -> tuple[list[Change | AuditEntry], dict[TopicPartition, datetime]]:
         """The batch's changes, and the time of the newest change read from each partition."""
-        changes: list[Change] = []
+        changes: list[Change | AuditEntry] = []
         newest: dict[TopicPartition, datetime] = {}
         for partition, records in batches.items():
             decode = self._decoders[partition.topic]
@@ -171,7 +175,7 @@ class Projector:
                     self.skipped += 1
                     continue
                 changes.append(change)
-                at = event_time(change)
+                at = change.at if isinstance(change, AuditEntry) else event_time(change)
                 if at is not None and (partition not in newest or at > newest[partition]):
                     newest[partition] = at
         return changes, newest
@@ -180,9 +184,11 @@ class Projector:
         self,
         consumer: AIOKafkaConsumer,
         conn: psycopg.AsyncConnection | None,
-        changes: list[Change],
+        changes: list[Change | AuditEntry],
         newest: dict[TopicPartition, datetime],
     ) -> psycopg.AsyncConnection:
+        entries = [c for c in changes if isinstance(c, AuditEntry)]
+        projected = [c for c in changes if not isinstance(c, AuditEntry)]
         backoff = 0.5
         failing = False
         while True:
@@ -191,9 +197,11 @@ class Projector:
                     conn = await connect(self.settings.database_url, timeout=5)
                 progress: dict[TopicPartition, tuple[int, float]] = {}
                 summary = await apply(
-                    changes,
+                    projected,
                     conn,
-                    also=partial(self._record_progress, conn, consumer, newest, progress),
+                    also=partial(
+                        self._record_audit_and_progress, conn, entries, consumer, newest, progress
+                    ),
                 )
                 self._progress_written.update(progress)
                 self.applied += summary.applied
@@ -289,6 +297,18 @@ class Projector:
         self.alerts_resolved += counts.resolved
         if counts.raised or counts.resolved:
             self._alerts_pending = True
+
+    async def _record_audit_and_progress(
+        self,
+        conn: psycopg.AsyncConnection,
+        entries: list[AuditEntry],
+        consumer: AIOKafkaConsumer,
+        newest: dict[TopicPartition, datetime],
+        written: dict[TopicPartition, tuple[int, float]],
+        applied: BatchSummary,
+    ) -> None:
+        await audit.record(conn, entries)
+        await self._record_progress(conn, consumer, newest, written, applied)
 
     async def _record_progress(
         self,
