@@ -21,6 +21,7 @@ from api.publisher import Publisher
 from api.queries import QUERY_TIMEOUT_SECONDS
 from api.routes import (
     agents,
+    audit,
     commands,
     health,
     hosts,
@@ -122,7 +123,7 @@ def create_app(
     # The health routes sit on the app itself rather than in an included router, so that
     # `app.routes` lists them for tools that look there (the compose healthcheck test does).
     app.router.routes.extend(health.router.routes)
-    for module in (scheduler, scanners, hosts, operations, commands, workers):
+    for module in (scheduler, scanners, hosts, operations, commands, workers, audit):
         app.include_router(module.router)
     # Generic schedules are listed in the OpenAPI document (JOBS_IN_OPENAPI), so the role
     # matrix of tests/integration/test_api.py, which covers every documented operation, holds

@@ -56,6 +56,7 @@ def register(app: typer.Typer) -> None:
     """Add the API-client commands to the `kairos` application."""
     app.command("status")(status)
     app.command("workers")(workers)
+    app.command("audit")(audit)
     for name, sub in (
         ("hosts", hosts_app),
         ("config", config_app),
@@ -729,6 +730,74 @@ def dead_letters_list(
     columns = [("RECEIVED", "received_at"), ("TOPIC", "source_topic"), ("KEY", "key")]
     table(answer["data"], [*columns, ("ERROR", "error")])
     _out(f"{len(answer['data'])} of {answer['count']} dead letter(s)")
+
+
+@dead_letters_app.command("redrive")
+def dead_letters_redrive(
+    event_id: Annotated[str, typer.Argument(help="The dead letter's event id.")],
+    body: Annotated[
+        Path | None,
+        typer.Option(
+            "--body", help="A corrected message (JSON file; - for stdin) to send instead."
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Send it again though it was redriven.")] = False,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send a dead letter back to its source topic, unchanged or as the corrected --body
+    (needs SECURITY_ADMIN)."""
+    request = {"body": _definition(body)} if body is not None else None
+    with api_errors():
+        answer = client(token).post(
+            f"{SCHEDULER}/dead-letters/{_path(event_id)}/redrive",
+            request,
+            force=True if force else None,
+        )
+    if as_json:
+        _print_json(answer)
+        return
+    _out(
+        f"redriven to {answer['topic']} (partition {answer['partition']}, offset"
+        f" {answer['offset']}) as event {answer['redrive_event_id']}"
+    )
+
+
+# --- audit -------------------------------------------------------------------------------
+
+
+def audit(
+    actor: Annotated[str | None, typer.Option(help="A token name.")] = None,
+    change_type: Annotated[
+        str | None,
+        typer.Option("--type", help="schedule.paused, host.created, token.revoked, ..."),
+    ] = None,
+    subject: Annotated[
+        str | None, typer.Option(help="A host id, a schedule name, a token name, or config.")
+    ] = None,
+    since: Annotated[str | None, typer.Option(help="From this instant (ISO 8601, with Z).")] = None,
+    until: Annotated[str | None, typer.Option(help="Before this instant (ISO 8601).")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first (1..1000).")] = 50,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Who changed what, and when, newest first (needs SECURITY_ANALYST)."""
+    query = {
+        "actor": actor,
+        "type": change_type,
+        "subject": subject,
+        "since": since,
+        "until": until,
+        "limit": limit,
+    }
+    with api_errors():
+        answer = client(token).get(f"{SCHEDULER}/audit", **query)
+    if as_json:
+        _print_json(answer)
+        return
+    columns = [("AT", "at"), ("ACTOR", "actor"), ("TYPE", "type")]
+    table(answer["data"], [*columns, ("KIND", "subject_kind"), ("SUBJECT", "subject_id")])
+    _out(f"{len(answer['data'])} of {answer['count']} change(s)")
 
 
 # --- alerts ------------------------------------------------------------------------------

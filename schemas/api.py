@@ -388,6 +388,11 @@ class DeadLetterPublic(Contract):
     error: str
     raw: str
     received_at: Timestamp
+    redriven_at: Timestamp | None = Field(default=None, description="When last sent again.")
+    redriven_by: str | None = None
+    redrive_event_id: str | None = Field(
+        default=None, description="The event id of the message last sent again."
+    )
 
 
 class DeadLettersPublic(Contract):

@@ -36,7 +36,7 @@ from pydantic import (
     create_model,
 )
 
-from api import queries
+from api import audit_queries, queries
 from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
 from api.errors import READ_ERRORS, Forbidden, InvalidInput, error_response
 from api.writes import EVENT_ID_HEADER, POLL_SECONDS, WaitDep, accepted, stamp, write_answers
@@ -278,6 +278,12 @@ class ScheduledJobDetailPublic(ScheduledJobPublic):
     refused_changes: list[RefusedChangePublic] = Field(
         default_factory=list, description="The latest changes the worker refused, newest first."
     )
+    created_by: str | None = Field(
+        default=None, description="The token that created the schedule (the audit trail)."
+    )
+    updated_by: str | None = Field(
+        default=None, description="The token behind its latest change (the audit trail)."
+    )
 
 
 class ScheduleHistoryPublic(_Public):
@@ -479,11 +485,14 @@ async def get_job(
         conn, schedule_id=row["schedule_id"], incarnation=row["incarnation"], limit=10
     )
     refused = await queries.refused_schedule_changes(conn, schedule_id=row["schedule_id"])
+    created_by, updated_by = await audit_queries.schedule_authors(conn, row["schedule_id"])
     return ScheduledJobDetailPublic(
         **_job(row).model_dump(),
         next_fire_times=upcoming,
         recent_runs=[ScheduleRunPublic.model_validate(run) for run in runs],
         refused_changes=[_refused(letter) for letter in refused],
+        created_by=created_by,
+        updated_by=updated_by,
     )
 
 

@@ -363,6 +363,11 @@ async def stack(
     tokens = await prepare(settings)
     async with await connect(settings.database_url) as conn:
         await seed(conn)
+        await conn.execute(
+            'INSERT INTO dead_letters (event_id, source_topic, partition, "offset", key, error,'
+            " raw, received_at) VALUES (%s, %s, 0, 9, 'k-9', 'bad json', 'xx', %s)",
+            (REDRIVABLE, settings.topics.object_created, T0 - timedelta(hours=1)),
+        )
     clock = FrozenClock(T0)
     async with running_api(settings, clock=clock, wait_seconds=1.0) as client:
         yield Stack(settings, client, tokens, clock)
@@ -373,6 +378,8 @@ async def stack(
 GUEST, ANALYST, ADMIN = Role.GUEST, Role.SECURITY_ANALYST, Role.SECURITY_ADMIN
 J = "/api/scheduled-jobs"
 AGENT_RESULT = "/api/agents/commands/cmd-h1-1/result"
+REDRIVABLE = "0f0f0f0f-0000-4000-8000-000000000009"
+"""A dead letter of the API's own object-created topic, redriven (forced) by the matrix."""
 """Answered 404 to an AGENT token: the gateway never leased that command."""
 ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("GET", f"{P}/config", None, GUEST),
@@ -400,6 +407,8 @@ ENDPOINTS: list[tuple[str, str, Any, Role | None]] = [
     ("GET", f"{P}/commands", None, GUEST),
     ("GET", f"{P}/workers", None, GUEST),
     ("GET", f"{P}/dead-letters", None, ADMIN),
+    ("POST", f"{P}/dead-letters/{REDRIVABLE}/redrive?force=true", None, ADMIN),
+    ("GET", f"{P}/audit", None, ANALYST),
     ("GET", f"{P}/alerts", None, GUEST),
     ("GET", J, None, GUEST),
     (
@@ -453,7 +462,8 @@ def _template(path: str) -> str:
                                ("h-003", "{host_id}"), ("cmd-h1-1", "{command_id}"),
                                ("/nightly", "/{name}"), ("/scanners/nmap", "/scanners/{name}"),
                                ("/scanners/compliance", "/scanners/{name}"),
-                               ("/agents/compliance/", "/agents/{scanner}/")):  # fmt: skip
+                               ("/agents/compliance/", "/agents/{scanner}/"),
+                               (REDRIVABLE, "{event_id}")):  # fmt: skip
         bare = bare.replace(concrete, template)
     return bare
 
@@ -709,9 +719,10 @@ async def test_command_detail_with_outcome_and_results(stack: Stack) -> None:
 
 async def test_dead_letters_newest_first_paginated(stack: Stack) -> None:
     letters = await _all_pages(stack, f"{P}/dead-letters", {"limit": 2})
-    assert [letter["key"] for letter in letters] == [f"k-{number}" for number in range(5)]
+    # k-9 is the role matrix's redrivable letter, the oldest.
+    assert [letter["key"] for letter in letters] == [f"k-{number}" for number in (0, 1, 2, 3, 4, 9)]
     page = (await stack.get(f"{P}/dead-letters", Role.SECURITY_ADMIN, params={"limit": 2})).json()
-    assert page["count"] == 5
+    assert page["count"] == 6
 
 
 async def test_alerts_newest_first_filtered_and_paginated(stack: Stack) -> None:
