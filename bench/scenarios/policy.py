@@ -662,7 +662,7 @@ def markdown(results: list[RunResult], command: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _smaller_first_wait(result: RunResult) -> float:
+def smaller_first_wait(result: RunResult) -> float:
     """The longest a new host of any organization but the largest waited for its first scan."""
     organizations = result.organizations
     largest = max(organizations, key=lambda name: organizations[name]["hosts"])
@@ -692,7 +692,7 @@ def plot(results: list[RunResult], path: Path) -> bool:
             xs, [r.intervals["critical"]["kept"] * 100 for r in runs], marker="o", label=name
         )
         axes[2].plot(xs, [r.jain for r in runs], marker="o", label=name)
-        axes[3].plot(xs, [_smaller_first_wait(r) / 60 for r in runs], marker="o", label=name)
+        axes[3].plot(xs, [smaller_first_wait(r) / 60 for r in runs], marker="o", label=name)
     titles = (
         "hosts past the 48 h promise",
         "critical intervals kept (%)",

