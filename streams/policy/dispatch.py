@@ -80,17 +80,18 @@ class DispatchQueue:
        earliest promise first (earliest-deadline-first meets every deadline that can be met);
     3. the others by priority (with `aging_minutes` > 0, `aged_priority`), then due time.
 
-    Commands of equal priority are shared between organizations round-robin: each
-    organization with commands waiting at a priority gets one in turn, its earliest due, so
-    one organization's backlog cannot starve another's few. With `org_cap`, an organization
-    with that many commands in flight gets no more until one ends. Commands without an
-    organization (generic schedules') take one turn together and have no organization cap.
+    Commands of equal priority are shared round-robin between shares, a share being one
+    scanner's commands for one organization (`share_of`): each share with commands waiting at
+    a priority gets one in turn, its earliest due, so one organization's backlog cannot
+    starve another's few. With `org_cap`, an organization with that many commands in flight
+    gets no more until one ends. A scanner's commands without an organization (generic
+    schedules') take one turn together and have no organization cap.
 
-    Waiting requests are kept in one heap per (priority, organization) ordered by due time,
-    with a turn per priority, and in one heap per organization ordered by `promise_at`, with
-    a heap of those heaps' heads: the next command is the best of at most ten turns and one
-    guarded head, so `issue` costs O(issued × levels × log) plus organizations skipped at
-    their cap. Entries are dropped lazily when their command has gone or been raised.
+    Waiting requests are kept in one heap per (priority, share) ordered by due time, with a
+    turn per priority, and in one heap per share ordered by `promise_at`, with a heap of
+    those heaps' heads: the next command is the best of at most ten turns and one guarded
+    head, so `issue` costs O(issued × levels × log) plus shares skipped at a cap. Entries
+    are dropped lazily when their command has gone or been raised.
 
     Idempotent: a request for a command already waiting, in flight or recently released is
     absorbed (a waiting one may be raised in priority), so replays never double-issue.
