@@ -146,7 +146,7 @@ async def _send(settings: Settings, topic: str, messages: list[tuple[Any, str]])
         await asyncio.wait_for(producer.start(), timeout)
     except (TimeoutError, KafkaError, OSError) as error:
         await _close(producer.stop())
-        raise ConnectionError(f"{where} is not reachable: {type(error).__name__}") from None
+        raise ConnectionError(f"{where} is not reachable: {await _why(settings, error)}") from None
     try:
         for message, key in messages:
             await asyncio.wait_for(
@@ -159,6 +159,15 @@ async def _send(settings: Settings, topic: str, messages: list[tuple[Any, str]])
         ) from None
     finally:
         await _close(producer.stop())
+
+
+async def _why(settings: Settings, error: BaseException) -> str:
+    """What stopped a client from starting: a refused password or certificate is named."""
+    from kairos.floor.kafka_reach import kafka_failure_reason
+
+    if isinstance(error, TimeoutError):
+        return type(error).__name__
+    return await kafka_failure_reason(settings, settings.connect_timeout_seconds)
 
 
 async def _close(stopping: Any) -> None:
@@ -224,7 +233,8 @@ async def _tail(
     except (TimeoutError, KafkaError, OSError) as error:
         await _close(consumer.stop())
         raise ConnectionError(
-            f"Kafka is not reachable at {settings.kafka_bootstrap_servers}: {type(error).__name__}"
+            f"Kafka is not reachable at {settings.kafka_bootstrap_servers}: "
+            f"{await _why(settings, error)}"
         ) from None
     deadline = None if timeout is None else time.monotonic() + timeout
     shown = 0

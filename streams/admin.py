@@ -8,6 +8,7 @@ import logging
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from kairos.floor.kafka_reach import kafka_failure_reason
 from kairos.floor.settings import Settings, topic_durability_problem
 from streams.topology import TopicSpec, topic_specs
 
@@ -43,9 +44,12 @@ async def admin_client(settings: Settings) -> AIOKafkaAdminClient:
         await asyncio.wait_for(client.start(), settings.connect_timeout_seconds)
     except (TimeoutError, KafkaError, OSError) as error:
         await _close_quietly(client)
+        if isinstance(error, TimeoutError):
+            reason = f"no answer within {settings.connect_timeout_seconds:g} s"
+        else:
+            reason = await kafka_failure_reason(settings, settings.connect_timeout_seconds)
         raise KafkaUnavailable(
-            f"Kafka is not reachable at {settings.kafka_bootstrap_servers}: "
-            f"{type(error).__name__} {error}".strip()
+            f"Kafka is not reachable at {settings.kafka_bootstrap_servers}: {reason}"
         ) from None
     return client
 

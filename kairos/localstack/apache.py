@@ -20,7 +20,8 @@ import signal
 import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -188,6 +189,22 @@ def _new_cluster_id() -> str:
             return cluster_id
 
 
+@dataclass(frozen=True)
+class KafkaListener:
+    """An extra client listener on every node, beside the PLAINTEXT one every cluster has.
+
+    ``name`` is the listener name (``SASL_SSL``, ``MTLS``...), ``protocol`` its security
+    protocol (``SSL``, ``SASL_SSL``, ``SASL_PLAINTEXT``). ``properties`` are written as
+    ``listener.name.<name in lower case>.<key>=<value>`` (keystores, ``ssl.client.auth``,
+    ``sasl.enabled.mechanisms``, a mechanism's ``sasl.jaas.config``). Inter-broker traffic
+    and the readiness probe keep using the PLAINTEXT listener.
+    """
+
+    name: str
+    protocol: str
+    properties: Mapping[str, object] = field(default_factory=dict)
+
+
 @dataclass
 class _NodeLayout:
     node_id: int
@@ -206,13 +223,31 @@ class ApacheKafkaCluster:
     With ``nodes=3`` every node is a controller voter and topics default to
     replication factor 3 with ``min.insync.replicas=2``, so the cluster keeps
     accepting ``acks=all`` writes with one node down. Topics are never auto-created.
+
+    ``listeners`` adds secured client listeners on ports picked at the first start
+    (``listener_servers(name)`` gives their addresses); ``scram_users`` (name to password)
+    become SCRAM-SHA-256 and SCRAM-SHA-512 credentials when the storage is formatted.
     """
 
     def __init__(
-        self, base_dir: Path, *, nodes: int = 1, libs_dir: Path | None = None, heap: str = "512m"
+        self,
+        base_dir: Path,
+        *,
+        nodes: int = 1,
+        libs_dir: Path | None = None,
+        heap: str = "512m",
+        listeners: Sequence[KafkaListener] = (),
+        scram_users: Mapping[str, str] | None = None,
     ) -> None:
         if nodes not in (1, 3):
             raise ValueError(f"nodes must be 1 or 3, got {nodes}")
+        reserved = {"PLAINTEXT", "CONTROLLER"}
+        names = [listener.name.upper() for listener in listeners]
+        if reserved & set(names) or len(set(names)) != len(names):
+            raise ValueError(f"listener names must be unique and not {sorted(reserved)}: {names}")
+        self.listeners = tuple(listeners)
+        self.scram_users = dict(scram_users or {})
+        self._listener_ports: dict[tuple[int, str], int] = {}
         self.base_dir = Path(base_dir).resolve()
         self.nodes = nodes
         self.heap = heap
@@ -227,6 +262,13 @@ class ApacheKafkaCluster:
         if not self._layout:
             raise LocalStackError("The Kafka cluster has no ports yet; call start() first.")
         return ",".join(f"{LOOPBACK}:{node.port}" for node in self._layout)
+
+    def listener_servers(self, name: str) -> str:
+        """Comma-joined ``127.0.0.1:port`` of every node's listener ``name`` (see ``listeners``)."""
+        ports = [self._listener_ports.get((index, name.upper())) for index in range(self.nodes)]
+        if not all(ports):
+            raise LocalStackError(f"The Kafka cluster has no started listener {name!r}.")
+        return ",".join(f"{LOOPBACK}:{port}" for port in ports)
 
     @property
     def cluster_id(self) -> str:
@@ -380,15 +422,24 @@ class ApacheKafkaCluster:
             node_dir = self._node_dir(index)
             (node_dir / "data").mkdir(parents=True, exist_ok=True)
             client_listener = f"PLAINTEXT://{LOOPBACK}:{node.port}"
+            extra_listeners = "".join(
+                f",{listener.name.upper()}://{LOOPBACK}:{self._listener_port(index, listener)}"
+                for listener in self.listeners
+            )
+            extra_protocols = "".join(
+                f",{listener.name.upper()}:{listener.protocol}" for listener in self.listeners
+            )
             settings = {
                 "process.roles": "broker,controller",
                 "node.id": node.node_id,
                 "controller.quorum.voters": voters,
-                "listeners": f"{client_listener},CONTROLLER://{LOOPBACK}:{node.controller_port}",
-                "advertised.listeners": client_listener,
+                "listeners": f"{client_listener},CONTROLLER://{LOOPBACK}:{node.controller_port}"
+                + extra_listeners,
+                "advertised.listeners": client_listener + extra_listeners,
                 "inter.broker.listener.name": "PLAINTEXT",
                 "controller.listener.names": "CONTROLLER",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+                + extra_protocols,
                 "log.dirs": node_dir / "data",
                 "num.partitions": 1,
                 "default.replication.factor": replication,
@@ -400,9 +451,22 @@ class ApacheKafkaCluster:
                 "auto.create.topics.enable": "false",
                 "log.retention.hours": 24 * 365 * 10,
             }
+            for listener in self.listeners:
+                prefix = f"listener.name.{listener.name.lower()}."
+                settings.update({prefix + key: value for key, value in listener.properties.items()})
             (node_dir / "server.properties").write_text(
                 "".join(f"{key}={value}\n" for key, value in settings.items())
             )
+
+    def _listener_port(self, index: int, listener: KafkaListener) -> int:
+        key = (index, listener.name.upper())
+        if key not in self._listener_ports:
+            taken = {port for node in self._layout for port in (node.port, node.controller_port)}
+            taken |= set(self._listener_ports.values())
+            while (candidate := free_port()) in taken:
+                pass
+            self._listener_ports[key] = candidate
+        return self._listener_ports[key]
 
     def _format_new_nodes(self, libs_dir: Path) -> None:
         pending = [
@@ -427,6 +491,7 @@ class ApacheKafkaCluster:
                             self._cluster_id,
                             "-c",
                             str(node_dir / "server.properties"),
+                            *self._scram_arguments(),
                         ],
                         cwd=node_dir,
                         stdin=subprocess.DEVNULL,
@@ -445,6 +510,13 @@ class ApacheKafkaCluster:
                 if formatter.poll() is None:
                     signal_process_group(formatter, signal.SIGKILL)
                     formatter.wait()
+
+    def _scram_arguments(self) -> list[str]:
+        arguments = []
+        for name, password in self.scram_users.items():
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                arguments += ["--add-scram", f"{mechanism}=[name={name},password={password}]"]
+        return arguments
 
     def _spawn(self, index: int, libs_dir: Path) -> None:
         if self.is_running(index):

