@@ -28,6 +28,10 @@ class AlertType(StrEnum):
     """A schedule disabled itself (too many failed runs in a row)."""
     CAP_SATURATED = "cap_saturated"
     """Commands in flight stayed at the cap for `alert_cap_saturated_minutes` or longer."""
+    SCORE_FALLING = "score_falling"
+    """A host's score fell on each of its last `alert_trend_scans` scans."""
+    ORG_SCORE_FALLING = "org_score_falling"
+    """An organization's average score fell by more than `alert_org_trend_points` in 24 h."""
 
 
 class AlertState(StrEnum):
@@ -35,7 +39,7 @@ class AlertState(StrEnum):
     RESOLVED = "resolved"
 
 
-SubjectType = Literal["host", "schedule", "fleet"]
+SubjectType = Literal["host", "schedule", "fleet", "organization"]
 
 FLEET_SUBJECT = "fleet"
 """The subject id of alerts about the whole fleet (the cap)."""

@@ -113,6 +113,20 @@ class SchedulerConfig(Contract):
         description="Minutes the commands in flight may stay at the cap before a "
         "cap_saturated alert is raised.",
     )
+    alert_trend_scans: int = Field(
+        default=3,
+        ge=2,
+        le=20,
+        description="A host whose score fell on each of its last this many scans raises a "
+        "score_falling alert; resolved by a scan that does not fall.",
+    )
+    alert_org_trend_points: int = Field(
+        default=10,
+        ge=1,
+        le=100,
+        description="Points an organization's average score may fall over 24 h before an "
+        "org_score_falling alert is raised; resolved once the average climbs again.",
+    )
     scanners: tuple[ScannerSpec, ...] = Field(
         default=(),
         description="The scanner registry, by name. `compliance` (the adaptive scanner) is"
@@ -180,3 +194,5 @@ class ConfigChanges(Contract):
     promise_guard_minutes: int | None = Field(default=None, ge=0, le=2880)
     alert_score_drop: int | None = Field(default=None, ge=1, le=100)
     alert_cap_saturated_minutes: int | None = Field(default=None, ge=1, le=1440)
+    alert_trend_scans: int | None = Field(default=None, ge=2, le=20)
+    alert_org_trend_points: int | None = Field(default=None, ge=1, le=100)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from schemas.alerts import AlertType, SubjectType
@@ -204,6 +205,86 @@ def cap_saturation(
         f"{in_flight} of {cap} commands in flight for {minutes} min: hosts wait for a slot",
         now,
         {"in_flight": in_flight, "cap": cap, "saturated_since": since.isoformat()},
+    )
+
+
+def score_trend(
+    host_id: str,
+    scores: Sequence[float],
+    is_open: bool,
+    *,
+    scans: int,
+    at: datetime,
+) -> AlertDecision | None:
+    """Raise when each of the host's last `scans` scores is lower than the one before;
+    resolve an open alert once the latest score is not lower than the one before it.
+
+    `scores` are the host's latest scan scores, oldest first (at least `scans + 1` of them
+    to see a trend); `at` is when the latest was scanned."""
+    if len(scores) < 2:
+        return None
+    if is_open:
+        if scores[-1] >= scores[-2]:
+            return ResolveAlert(
+                AlertType.SCORE_FALLING,
+                host_id,
+                f"score {'held at' if scores[-1] == scores[-2] else 'rose to'} "
+                f"{_points(scores[-1])}",
+                at,
+            )
+        return None
+    recent = list(scores[-(scans + 1) :])
+    if len(recent) < scans + 1 or any(later >= earlier for earlier, later in pairwise(recent)):
+        return None
+    return RaiseAlert(
+        AlertType.SCORE_FALLING,
+        "host",
+        host_id,
+        "warning",
+        f"{host_id}'s score fell on each of its last {scans} scans: "
+        + " > ".join(_points(score) for score in recent),
+        at,
+        {"scores": recent, "scans": scans},
+    )
+
+
+def organization_trend(
+    organization: str,
+    average_now: float | None,
+    average_day_ago: float | None,
+    open_details: Mapping[str, Any] | None,
+    *,
+    points: float,
+    now: datetime,
+) -> AlertDecision | None:
+    """Raise when the organization's average score is more than `points` below what it was
+    24 h ago; resolve an open alert once the average climbs above where it stood when the
+    alert was raised (`open_details["to_average"]`), or when no average is left."""
+    if open_details is not None:
+        if average_now is None:
+            return ResolveAlert(
+                AlertType.ORG_SCORE_FALLING, organization, "no hosts scored now and a day ago", now
+            )
+        if average_now > float(open_details["to_average"]):
+            return ResolveAlert(
+                AlertType.ORG_SCORE_FALLING,
+                organization,
+                f"average score climbing again: {_points(round(average_now, 1))}",
+                now,
+            )
+        return None
+    if average_now is None or average_day_ago is None or average_day_ago - average_now <= points:
+        return None
+    fell = round(average_day_ago - average_now, 1)
+    return RaiseAlert(
+        AlertType.ORG_SCORE_FALLING,
+        "organization",
+        organization,
+        "warning",
+        f"{organization}'s average score fell {_points(fell)} points in 24 h: "
+        f"{_points(round(average_day_ago, 1))} > {_points(round(average_now, 1))}",
+        now,
+        {"from_average": average_day_ago, "to_average": average_now, "fell": fell},
     )
 
 
