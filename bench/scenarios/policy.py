@@ -24,7 +24,8 @@ Capacity (`max_concurrent_scans`) is set to a fraction of the demand: the slots 
 needs to scan every host at its state's configured interval plus the schedules, at the mean
 scan duration. Each capacity runs twice from the same seed: `today` (static priority, one cap,
 no fairness between organizations, no promise guard: the queue with requests stripped of
-their organization and `promise_guard_minutes=0`) and `fair+guard` (organizations in turn,
+their organization and `promise_guard_minutes=0`; commands of different scanners at equal
+priority take turns in both, as the queue's scanner pools have them) and `fair+guard` (organizations in turn,
 `promise_guard_minutes` from the config's default).
 
 Per run: hosts that went past the 48 h promise, each state's actual intervals against its
