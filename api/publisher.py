@@ -22,12 +22,9 @@ from schemas.api import Accepted
 from schemas.changes import HostChange, ScheduleChange
 from schemas.objects import ObjectEvent
 from schemas.results import ScanCompleted
-from schemas.topics import CONFIG_KEY
+from schemas.topics import ACTOR_HEADER, CONFIG_KEY
 
 log = logging.getLogger(__name__)
-
-ACTOR_HEADER = "kairos-actor"
-"""Header naming the token behind an `object-created` event the API publishes."""
 
 
 def key_of(change: ScheduleChange) -> str:
@@ -102,9 +99,7 @@ class Publisher:
         producer = await self._ready()
         try:
             sent = await asyncio.wait_for(
-                producer.send_and_wait(
-                    topic, value, key=None if key is None else key.encode()
-                ),
+                producer.send_and_wait(topic, value, key=None if key is None else key.encode()),
                 self._timeout,
             )
         except (TimeoutError, KafkaError, OSError) as error:

@@ -36,6 +36,10 @@ One per run (fired or skipped, then how it ended) and one per dropped occurrence
 CONFIG_KEY = "config"
 """Key of schedule-changes messages that concern the global scheduler config."""
 
+ACTOR_HEADER = "kairos-actor"
+"""Record header naming who asked for an `object-created` event (the API sets it to the
+caller's token name); the event's contract has no field for it. Optional."""
+
 
 @dataclass(frozen=True)
 class TopicNames:

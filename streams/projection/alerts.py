@@ -220,6 +220,9 @@ async def check_time_conditions(conn: psycopg.AsyncConnection, now: datetime) ->
         if decision is not None:
             counts.add([decision])
             await write(conn, [decision])
+        from streams.projection import trends  # It builds on this module.
+
+        counts.add(await trends.check_organization_trends(conn, config, now))
     return counts
 
 

@@ -21,11 +21,9 @@ import psycopg
 from schemas.changes import ConfigUpdated, ScannerUpserted, ScheduleChange
 from schemas.objects import ObjectEvent
 from schemas.schedules import ScheduleUpserted
+from schemas.topics import ACTOR_HEADER
 from streams import codec
 from streams.codec import Undecodable
-
-ACTOR_HEADER = "kairos-actor"
-"""Set by the API on the `object-created` events it publishes (api.publisher)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,9 @@ def _subject(change: ScheduleChange) -> tuple[str, str]:
     return "config", "config"
 
 
-SUMMARY_LEAVES_OUT = frozenset({"event_id", "occurred_at", "actor", "type", "host_id"})
+SUMMARY_LEAVES_OUT = frozenset(
+    {"event_id", "occurred_at", "actor", "type", "host_id", "schema_version"}
+)
 
 
 def _summary(change: ScheduleChange) -> dict[str, Any]:

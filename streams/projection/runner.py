@@ -23,10 +23,12 @@ from kairos.floor.db import DatabaseUnavailable, connect, redact
 from kairos.floor.prometheus import CounterReading, Registry
 from kairos.floor.settings import Settings
 from schemas.base import Contract
+from schemas.commands import ADAPTIVE_SCANNER
 from schemas.internal import CommandTimedOut, ConfigPublished
+from schemas.results import ScanCompleted, ScanStatus
 from streams import codec
 from streams.codec import Undecodable
-from streams.projection import alerts, audit
+from streams.projection import alerts, audit, trends
 from streams.projection.audit import AuditEntry
 from streams.projection.writer import BatchSummary, Change, apply, event_time
 from streams.topology import HOSTS
@@ -189,6 +191,16 @@ class Projector:
     ) -> psycopg.AsyncConnection:
         entries = [c for c in changes if isinstance(c, AuditEntry)]
         projected = [c for c in changes if not isinstance(c, AuditEntry)]
+        scored = sorted(
+            {
+                c.host_id
+                for c in projected
+                if isinstance(c, ScanCompleted)
+                and c.scanner == ADAPTIVE_SCANNER
+                and c.status is ScanStatus.SUCCEEDED
+                and c.score is not None
+            }
+        )
         backoff = 0.5
         failing = False
         while True:
@@ -199,9 +211,7 @@ class Projector:
                 summary = await apply(
                     projected,
                     conn,
-                    also=partial(
-                        self._record_audit_and_progress, conn, entries, consumer, newest, progress
-                    ),
+                    also=partial(self._in_batch, conn, entries, scored, consumer, newest, progress),
                 )
                 self._progress_written.update(progress)
                 self.applied += summary.applied
@@ -298,16 +308,20 @@ class Projector:
         if counts.raised or counts.resolved:
             self._alerts_pending = True
 
-    async def _record_audit_and_progress(
+    async def _in_batch(
         self,
         conn: psycopg.AsyncConnection,
         entries: list[AuditEntry],
+        scored: list[str],
         consumer: AIOKafkaConsumer,
         newest: dict[TopicPartition, datetime],
         written: dict[TopicPartition, tuple[int, float]],
         applied: BatchSummary,
     ) -> None:
+        """What the batch's transaction holds besides `apply`'s: audit rows, the score trends
+        of the hosts that got results (their results written by now), progress rows."""
         await audit.record(conn, entries)
+        applied.alerts.add(await trends.apply_score_trends(conn, scored))
         await self._record_progress(conn, consumer, newest, written, applied)
 
     async def _record_progress(
