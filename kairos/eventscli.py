@@ -134,6 +134,8 @@ async def _send(settings: Settings, topic: str, messages: list[tuple[Any, str]])
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaError
 
+    from kairos.floor.kafka_reach import quiet_aiokafka
+
     timeout = settings.connect_timeout_seconds
     producer = AIOKafkaProducer(
         **settings.kafka_client_options(),
@@ -143,7 +145,8 @@ async def _send(settings: Settings, topic: str, messages: list[tuple[Any, str]])
     )
     where = f"Kafka at {settings.kafka_bootstrap_servers}"
     try:
-        await asyncio.wait_for(producer.start(), timeout)
+        with quiet_aiokafka():
+            await asyncio.wait_for(producer.start(), timeout)
     except (TimeoutError, KafkaError, OSError) as error:
         await _close(producer.stop())
         raise ConnectionError(f"{where} is not reachable: {await _why(settings, error)}") from None
@@ -219,6 +222,8 @@ async def _tail(
     from aiokafka import AIOKafkaConsumer
     from aiokafka.errors import KafkaError
 
+    from kairos.floor.kafka_reach import quiet_aiokafka
+
     topic = settings.topics.scan_commands
     consumer = AIOKafkaConsumer(
         topic,
@@ -229,7 +234,8 @@ async def _tail(
         request_timeout_ms=int(settings.connect_timeout_seconds * 1000),
     )
     try:
-        await asyncio.wait_for(consumer.start(), settings.connect_timeout_seconds)
+        with quiet_aiokafka():
+            await asyncio.wait_for(consumer.start(), settings.connect_timeout_seconds)
     except (TimeoutError, KafkaError, OSError) as error:
         await _close(consumer.stop())
         raise ConnectionError(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from kairos.floor.settings import Settings
 
@@ -23,34 +25,43 @@ async def kafka_failure_reason(settings: Settings, timeout: float) -> str:
     first = settings.kafka_bootstrap_servers.split(",")[0].strip()
     host, _, port = first.rpartition(":")
     options = settings.kafka_client_options()
+    with quiet_aiokafka():
+        try:
+            connection = await asyncio.wait_for(
+                create_conn(
+                    host.strip("[]") or "localhost",
+                    int(port or 9092),
+                    ssl_context=options.get("ssl_context"),
+                    security_protocol=options["security_protocol"],
+                    sasl_mechanism=options.get("sasl_mechanism", "PLAIN"),
+                    sasl_plain_username=options.get("sasl_plain_username"),
+                    sasl_plain_password=options.get("sasl_plain_password"),
+                    request_timeout_ms=int(timeout * 1000),
+                ),
+                timeout,
+            )
+            try:
+                # With TLS 1.3 the broker judges a client certificate after the handshake:
+                # a refused one shows on the first request.
+                await asyncio.wait_for(connection.send(MetadataRequest[0]([])), timeout)
+            finally:
+                connection.close()
+        except Exception as error:  # noqa: BLE001 - whatever the client raised is described
+            return describe_kafka_error(error, settings)
+    return "the broker answers a lone connection, but the client could not bootstrap"
+
+
+@contextmanager
+def quiet_aiokafka() -> Iterator[None]:
+    """Keep aiokafka's own log lines about a failed connection off stderr: the caller
+    reports the failure once, in its own words (a command line tool prints one line)."""
     aiokafka_log = logging.getLogger("aiokafka")
     level = aiokafka_log.level
-    aiokafka_log.setLevel(logging.CRITICAL)  # the failure is reported once, by the caller
+    aiokafka_log.setLevel(logging.CRITICAL)
     try:
-        connection = await asyncio.wait_for(
-            create_conn(
-                host.strip("[]") or "localhost",
-                int(port or 9092),
-                ssl_context=options.get("ssl_context"),
-                security_protocol=options["security_protocol"],
-                sasl_mechanism=options.get("sasl_mechanism", "PLAIN"),
-                sasl_plain_username=options.get("sasl_plain_username"),
-                sasl_plain_password=options.get("sasl_plain_password"),
-                request_timeout_ms=int(timeout * 1000),
-            ),
-            timeout,
-        )
-        try:
-            # With TLS 1.3 the broker judges a client certificate after the handshake:
-            # a refused one shows on the first request.
-            await asyncio.wait_for(connection.send(MetadataRequest[0]([])), timeout)
-        finally:
-            connection.close()
-    except Exception as error:  # noqa: BLE001 - whatever the client raised is described
-        return describe_kafka_error(error, settings)
+        yield
     finally:
         aiokafka_log.setLevel(level)
-    return "the broker answers a lone connection, but the client could not bootstrap"
 
 
 def describe_kafka_error(error: BaseException, settings: Settings) -> str:

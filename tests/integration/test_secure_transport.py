@@ -382,6 +382,8 @@ def test_a_refused_credential_is_one_clear_line_and_exit_2(
     line = one_clear_line(result)
     assert expected in line, line
     assert settings.kafka_bootstrap_servers in line
+    if command[0] != "worker":  # the worker logs; the CLI's stderr is that line alone
+        assert result.stderr.strip().splitlines() == [line], result.stderr
     assert "not-the-password" not in result.stdout + result.stderr
     assert took < 30
 
