@@ -25,7 +25,7 @@ from bench.ui import BenchUI
 README = Path(__file__).resolve().parent / "README.md"
 TABLE_START = "<!-- bench-table:start -->"
 TABLE_END = "<!-- bench-table:end -->"
-SYSTEM_NAMES = ("kairos", "kairos2", "heapq", "sql120", "sql1", "apscheduler")
+SYSTEM_NAMES = ("kairos", "kairos2", "kairos-static", "heapq", "sql120", "sql1", "apscheduler")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -282,27 +282,4 @@ def kairos_executable() -> list[str]:
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("KAIROS_") and key not in ("KAFKA_BOOTSTRAP_SERVERS", "DATABASE_URL")
-    }
-    env.update(
-        {
-            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-            "DATABASE_URL": settings.database_url,
-            "KAIROS_TOPIC_PREFIX": settings.topic_prefix,
-            "KAIROS_APP_ID": settings.app_id,
-            "KAIROS_PARTITIONS": str(settings.partitions),
-            "KAIROS_REPLICATION_FACTOR": str(settings.replication_factor),
-            "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
-            "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
-            "KAIROS_PRODUCER_LINGER_MS": str(settings.producer_linger_ms),
-            "KAIROS_CONSUMER_FETCH_BYTES": str(settings.consumer_fetch_bytes),
-            "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
-            "KAIROS_PROJECTOR_ENABLED": str(settings.projector_enabled).lower(),
-            "KAIROS_CONNECT_TIMEOUT_SECONDS": str(settings.connect_timeout_seconds),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
+    return settings.child_env(os.environ)

@@ -32,6 +32,9 @@ class KairosSystem:
     stem: str
     workers: int = 1
     name: str = "kairos"
+    static_membership: bool = False
+    """Each worker joins under a stable `group_instance_id` (worker 0, 1, …), as pods of a
+    StatefulSet do; a replacement started under a killed worker's id takes its place."""
     settings: Settings = field(init=False)
     processes: list[ChildProcess] = field(default_factory=list)
     """The workers only, oldest first (recovery kills `processes[0]`)."""
@@ -42,7 +45,9 @@ class KairosSystem:
 
     @property
     def label(self) -> str:
-        return f"Kairos ({self.workers} worker{'s' if self.workers > 1 else ''} + projector)"
+        static = ", static membership" if self.static_membership else ""
+        plural = "s" if self.workers > 1 else ""
+        return f"Kairos ({self.workers} worker{plural} + projector{static})"
 
     @property
     def group(self) -> str:
@@ -67,7 +72,12 @@ class KairosSystem:
         return pids
 
     async def start_worker(self) -> ChildProcess:
-        worker = self.stack.start_worker(self.settings, name=f"{self.stem}-worker")
+        settings = self.settings
+        if self.static_membership:
+            alive = sum(1 for process in self.processes if process.alive())
+            instance = f"{self.stem}-worker-{alive}"
+            settings = settings.model_copy(update={"group_instance_id": instance})
+        worker = self.stack.start_worker(settings, name=f"{self.stem}-worker")
         self.processes.append(worker)
         await asyncio.to_thread(wait_ready, worker, 180.0)
         return worker

@@ -219,14 +219,4 @@ def dev_admin_token(settings: Settings, previous: str | None = None) -> str:
 
 
 def child_env(settings: Settings) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {
-            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-            "DATABASE_URL": settings.database_url,
-            "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
-            "KAIROS_PARTITIONS": str(settings.partitions),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
+    return settings.child_env(os.environ)

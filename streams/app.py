@@ -79,6 +79,7 @@ class Worker:
             broker_heartbeat_interval=3.0,
             broker_commit_interval=1.0,
             table_standby_replicas=0,
+            consumer_group_instance_id=settings.group_instance_id,
             # A poll's records, their messages and decoded events are built at once; bounding
             # the fetch bounds that peak, which pymalloc keeps as the process' size afterwards.
             # A smaller fetch trades a little CPU per result (more fetches) for that memory.

@@ -80,7 +80,7 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
     drain = 60.0 if ctx.quick else 900.0
     result = new_result(ctx, KEY, NUMBER, TITLE, hosts=n, due_per_second=rate,
                         kill_after_seconds=kill_after)  # fmt: skip
-    wanted = systems or {"kairos", "heapq", "sql1"}
+    wanted = systems or {"kairos", "kairos-static", "heapq", "sql1"}
     runs: dict[str, Any] = {}
     plan = evenly(rate)
     if "kairos" in wanted:
@@ -92,6 +92,13 @@ async def run(ctx: Context, systems: set[str] | None = None) -> Any:
             runs["Kairos"] = found
             result.details["kairos_worker_logs_tail"] = [p.log_tail(1500)
                                                          for p in kairos.processes]  # fmt: skip
+    if "kairos-static" in wanted:
+        static = KairosSystem(ctx.stack, "recovery-static", static_membership=True)
+        found = await attempt(result, "Kairos, static membership", kafka_dispatch_run(
+            ctx, static, n, plan, profile=steady_profile(), drain_seconds=drain,
+            kill_after=kill_after))  # fmt: skip
+        if found:
+            runs["Kairos, static membership"] = found
     if "heapq" in wanted:
         heap = HeapqSystem(ctx.stack, "recovery-heapq")
         found = await attempt(result, "heapq", kafka_dispatch_run(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ssl
-from enum import StrEnum
+from collections.abc import Mapping
+from datetime import datetime
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,16 @@ def split_token_secrets(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return str(value.value)
+    return _plain(value)
+
+
 def _plain(value: Any) -> str:
     return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
 
@@ -41,7 +53,12 @@ class Settings(BaseSettings):
     """Every knob of a Kairos process. Env names are given in `docs` and the README."""
 
     model_config = SettingsConfigDict(
-        env_prefix="KAIROS_", extra="ignore", frozen=True, populate_by_name=True
+        env_prefix="KAIROS_",
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+        # A refused value is not echoed: it may be a password or a token secret.
+        hide_input_in_errors=True,
     )
 
     env: Environment = Field(default=Environment.DEV, description="dev or prod.")
@@ -72,6 +89,15 @@ class Settings(BaseSettings):
     topic_prefix: str = Field(default="", description="Prepended to every topic name.")
     app_id: str = Field(default="kairos", description="Consumer group / Faust app id.")
     partitions: int = Field(default=12, ge=1, le=1024, description="Partitions of host topics.")
+    group_instance_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=249,
+        description="Static group membership: a stable id per worker (a StatefulSet pod's"
+        " name). A worker started again under the same id takes its partitions back at once,"
+        " with no rebalance and no wait for the session timeout; a worker that stops leaves"
+        " its partitions unassigned until that timeout. Unset: dynamic membership.",
+    )
     replication_factor: int = Field(
         default=1, ge=1, le=5, description="Replication factor of every topic Kairos creates."
     )
@@ -204,6 +230,35 @@ class Settings(BaseSettings):
         """Every secret a token may be signed with, the signing one first."""
         listed = self.token_secrets.get_secret_value() if self.token_secrets else ""
         return split_token_secrets(listed) or (self.token_secret.get_secret_value(),)
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that gives a child process these settings: every field, under
+        the name it is read from (KAIROS_ and the field's name; the first alias where it has
+        one); a field that is None is left out, so it stays unset."""
+        env: dict[str, str] = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            alias = field.validation_alias
+            key = (
+                str(alias.choices[0])
+                if isinstance(alias, AliasChoices)
+                else f"KAIROS_{name.upper()}"
+            )
+            env[key] = _env_value(value)
+        return env
+
+    def child_env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """`base` (a process environment) with every Kairos setting in it replaced by these:
+        what a worker, projector or API started as a child process reads."""
+        names = {"KAFKA_BOOTSTRAP_SERVERS", "DATABASE_URL"}
+        env = {
+            key: value
+            for key, value in base.items()
+            if not key.startswith("KAIROS_") and key not in names
+        }
+        return {**env, **self.to_env(), "PYTHONUNBUFFERED": "1"}
 
     @property
     def topics(self) -> TopicNames:

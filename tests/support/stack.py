@@ -87,50 +87,7 @@ class ProjectorProcess(KairosProcess):
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("KAIROS_") and key not in ("KAFKA_BOOTSTRAP_SERVERS", "DATABASE_URL")
-    }
-    env.update(
-        {
-            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-            "DATABASE_URL": settings.database_url,
-            "KAIROS_TOPIC_PREFIX": settings.topic_prefix,
-            "KAIROS_APP_ID": settings.app_id,
-            "KAIROS_PARTITIONS": str(settings.partitions),
-            "KAIROS_REPLICATION_FACTOR": str(settings.replication_factor),
-            "KAIROS_KAFKA_IDEMPOTENCE": str(settings.kafka_idempotence).lower(),
-            "KAIROS_TICK_SECONDS": str(settings.tick_seconds),
-            "KAIROS_ALERT_CHECK_SECONDS": str(settings.alert_check_seconds),
-            "KAIROS_CLOCK_SPEED": str(settings.clock_speed),
-            "KAIROS_PROJECTOR_ENABLED": str(settings.projector_enabled).lower(),
-            "KAIROS_FAULT_OFFSET_FETCH_DELAY_SECONDS": str(
-                settings.fault_offset_fetch_delay_seconds
-            ),
-            "KAIROS_FAULT_COMMAND_SEND_DELAY_SECONDS": str(
-                settings.fault_command_send_delay_seconds
-            ),
-            "KAIROS_METRICS_PORT": str(settings.metrics_port),
-            "PYTHONUNBUFFERED": "1",
-            **(
-                {"KAIROS_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas)}
-                if settings.min_insync_replicas
-                else {}
-            ),
-            **(
-                {"KAIROS_CLOCK_ORIGIN": settings.clock_origin.isoformat()}
-                if settings.clock_origin
-                else {}
-            ),
-            **(
-                {"KAIROS_CLOCK_START": settings.clock_start.isoformat()}
-                if settings.clock_start
-                else {}
-            ),
-        }
-    )
-    return env
+    return settings.child_env(os.environ)
 
 
 def kairos_executable() -> list[str]:

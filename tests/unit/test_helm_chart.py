@@ -195,7 +195,8 @@ def test_every_manifest_is_valid_for_kubernetes(
     rendered: dict[str, list[dict[str, Any]]], name: str
 ) -> None:
     docs = rendered[name]
-    assert {"Deployment", "Job", "Service", "PodDisruptionBudget"} <= {d["kind"] for d in docs}
+    kinds = {d["kind"] for d in docs}
+    assert {"StatefulSet", "Deployment", "Job", "Service", "PodDisruptionBudget"} <= kinds
     for doc in docs:
         if (doc["apiVersion"], doc["kind"]) in CUSTOM_KINDS:
             continue
@@ -246,12 +247,21 @@ def test_every_process_gets_the_same_app_id_partitions_and_topics(
     shared = {(s.app_id, s.partitions, s.topic_prefix, s.env) for s in seen.values()}
     assert len(shared) == 1, {c: (s.app_id, s.partitions) for c, s in seen.items()}
     # Every replica of the one worker Deployment shares its pod template.
-    assert workload(rendered[name], "worker")["kind"] == "Deployment"
+    assert workload(rendered[name], "worker")["kind"] == "StatefulSet"
 
 
-def test_workers_are_a_deployment_while_settings_have_no_static_membership() -> None:
-    # A StatefulSet would only pay off with a stable group.instance.id per pod.
-    assert not [field for field in Settings.model_fields if "instance" in field]
+@pytest.mark.parametrize("name", VALUES)
+def test_each_worker_pod_joins_the_group_under_its_own_name(
+    rendered: dict[str, list[dict[str, Any]]], name: str
+) -> None:
+    """Static membership: a pod replaced under its name takes its partitions back at once."""
+    worker = workload(rendered[name], "worker")
+    assert worker["kind"] == "StatefulSet"
+    [instance] = [
+        var for var in container(worker)["env"] if var["name"] == "KAIROS_GROUP_INSTANCE_ID"
+    ]
+    assert instance["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert "group_instance_id" in Settings.model_fields
 
 
 @pytest.mark.parametrize("name", VALUES)
@@ -377,8 +387,8 @@ def test_workers_have_time_to_leave_their_group(production: list[dict[str, Any]]
     session_timeout = float(re.search(r"broker_session_timeout=([\d.]+)", source)[1])  # type: ignore[index]
     grace = workload(production, "worker")["spec"]["template"]["spec"]
     assert grace["terminationGracePeriodSeconds"] >= 2 * session_timeout
-    strategy = workload(production, "worker")["spec"]["strategy"]["rollingUpdate"]
-    assert (strategy["maxUnavailable"], strategy["maxSurge"]) == (1, 0)
+    # A StatefulSet's rolling update replaces one pod at a time, under the same name.
+    assert workload(production, "worker")["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
 
 
 @pytest.mark.parametrize("name", VALUES)
