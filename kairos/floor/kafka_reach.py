@@ -83,7 +83,8 @@ def describe_kafka_error(error: BaseException, settings: Settings) -> str:
             )
         if isinstance(cause, ssl.SSLCertVerificationError):
             return (
-                f"TLS: the broker's certificate is not trusted ({cause.verify_message}; "
+                f"TLS: the broker's certificate is not trusted "
+                f"({getattr(cause, 'verify_message', None) or cause.reason or cause}; "
                 "check KAIROS_KAFKA_SSL_CAFILE)"
             )
         if isinstance(cause, ssl.SSLError) and "ALERT" in str(cause.reason):
