@@ -9,17 +9,62 @@ export async function deadLettersView({ main, session, params }) {
   }
   const cursor = params.get("cursor") || "";
   const page = await get(`${P}/dead-letters${query({ limit: 50, cursor })}`);
+  const result = h("div", { id: "action-result" });
   fill(main,
     h("h1", {}, `Dead letters (${page.count})`),
-    table(["received", "topic", "partition/offset", "key", "error", "message"],
+    result,
+    table(["received", "topic", "partition/offset", "key", "error", "message", "redrive"],
       page.data.map((letter) => [when(letter.received_at), letter.source_topic,
         `${letter.partition ?? "—"}/${letter.offset ?? "—"}`, letter.key || "",
         h("span", { className: "bad" }, letter.error),
-        h("code", {}, letter.raw.length > 160 ? `${letter.raw.slice(0, 160)}…` : letter.raw)]),
+        h("code", {}, letter.raw.length > 160 ? `${letter.raw.slice(0, 160)}…` : letter.raw),
+        redriveCell(letter, result, () => deadLettersView({ main, session, params }))]),
       "No dead letters."),
     page.next_cursor
       ? h("a", { href: `#/dead-letters${query({ cursor: page.next_cursor })}` }, "Older →")
       : null);
+}
+
+/** Send a letter back to its topic, as it was or as edited here; once redriven, again only
+ * with force. The answer (or the API's refusal, a 422 naming the field) shows in `result`. */
+function redriveCell(letter, result, reload) {
+  const path = `${P}/dead-letters/${letter.event_id}/redrive`;
+  const again = letter.redriven_at !== null && letter.redriven_at !== undefined;
+  const send = async (body) => {
+    const done = await attempt(result,
+      () => api("POST", `${path}${query({ force: again ? "true" : "" })}`, body),
+      "Redriven.");
+    if (done) {
+      await reload();
+      mainElement().querySelector("#action-result")?.replaceChildren(
+        notice(`Redriven to ${done.topic} as ${done.redrive_event_id}.`));
+    }
+  };
+  const editor = h("textarea", { className: "redrive-body", rows: 6, cols: 60, hidden: true },
+    letter.raw);
+  const sendEdited = h("button", { className: "redrive-edited", hidden: true, onclick: () => {
+    let body;
+    try {
+      body = JSON.parse(editor.value);
+    } catch (error) {
+      result.replaceChildren(notice(`Not JSON: ${error.message}`, true));
+      return;
+    }
+    send({ body });
+  } }, "Send edited");
+  return h("div", { className: "redrive" },
+    again ? h("div", { className: "muted" }, "redriven by ", letter.redriven_by, " ",
+      when(letter.redriven_at)) : null,
+    h("button", { className: "redrive", onclick: () => send(undefined) },
+      again ? "Redrive again" : "Redrive"),
+    h("button", { className: "secondary edit-redrive", onclick: () => {
+      editor.hidden = sendEdited.hidden = false;
+    } }, "Edit…"),
+    editor, sendEdited);
+}
+
+function mainElement() {
+  return document.getElementById("main");
 }
 
 export async function configView({ main, session }) {

@@ -1,5 +1,6 @@
 // The console's shell: sign-in, navigation by URL hash, and one view at a time.
 import { api, may, token } from "./api.js";
+import { auditView } from "./audit.js";
 import { commandsView } from "./commands.js";
 import { fill, h, notice } from "./dom.js";
 import { deadLettersView, configView } from "./admin.js";
@@ -23,6 +24,7 @@ const ROUTES = [
   [/^#\/schedules\/([^/]+)\/edit$/, scheduleFormView],
   [/^#\/schedules\/([^/]+)$/, scheduleView],
   [/^#\/dead-letters$/, deadLettersView],
+  [/^#\/audit$/, auditView],
   [/^#\/config$/, configView],
   [/^#\/forecast$/, forecastView],
   [/^#\/commands$/, commandsView],

@@ -2,6 +2,7 @@
 import { P, api, get, may, query } from "./api.js";
 import { attempt, badge, fill, h, notice, table, when } from "./dom.js";
 import { commandsLink } from "./commands.js";
+import { latestChanges } from "./audit.js";
 
 const STATES = ["", "unknown", "critical", "low", "partial", "mostly_compliant", "compliant",
   "maintenance"];
@@ -63,7 +64,8 @@ function historyRow(entry) {
 
 export async function hostView({ main, session, args: [hostId] }) {
   const path = `${P}/hosts/${encodeURIComponent(hostId)}`;
-  const [host, history] = await Promise.all([get(path), get(`${path}/history?limit=20`)]);
+  const [host, history, changes] = await Promise.all([get(path), get(`${path}/history?limit=20`),
+    latestChanges(session, hostId).catch(() => null)]);
   const result = h("div", { id: "action-result" });
   const actions = [];
   if (may(session.role, "SECURITY_ANALYST")) {
@@ -117,7 +119,7 @@ export async function hostView({ main, session, args: [hostId] }) {
       ["labels", Object.entries(host.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
       ["active / status", `${host.is_active ? "active" : "inactive"} / ${host.status}`]]),
     h("h2", {}, `History (${history.count})`),
-    commandsLink({ host: host.host_id }, "All commands of this host →"), list, more);
+    commandsLink({ host: host.host_id }, "All commands of this host →"), list, more, changes);
 }
 
 /** Deactivate / reactivate / delete: inventory writes (SECURITY_ADMIN), each waiting for the

@@ -2,6 +2,7 @@
 import { J, api, get, may, query } from "./api.js";
 import { attempt, badge, fill, h, notice, table, when } from "./dom.js";
 import { commandsLink } from "./commands.js";
+import { latestChanges } from "./audit.js";
 
 const HISTORY_PAGE = 20;
 
@@ -82,7 +83,8 @@ export async function schedulesView({ main, session }) {
 
 export async function scheduleView({ main, session, args: [name] }) {
   const path = `${J}/${encodeURIComponent(name)}`;
-  const job = await get(path);
+  const [job, changes] = await Promise.all([get(path),
+    latestChanges(session, name).catch(() => null)]);
   const runs = h("div", { id: "runs" });
   async function showRuns(offset) {
     const page = await get(`${path}/history${query({ limit: HISTORY_PAGE, offset })}`);
@@ -126,14 +128,15 @@ export async function scheduleView({ main, session, args: [name] }) {
       ["target", describeTarget(job.definition)], ["scanner", job.definition.scanner],
       ["last run", when(job.last_fired_at)], ["last success", when(job.last_success_at)],
       ["runs", `${job.runs} (${job.skipped_runs} skipped, ${job.failed_runs} failed)`],
-      ["disabled because", job.disabled_reason || "—"], ["pause note", job.pause_note || "—"]]),
+      ["disabled because", job.disabled_reason || "—"], ["pause note", job.pause_note || "—"],
+      ["created by", job.created_by || "—"], ["last changed by", job.updated_by || "—"]]),
     h("h2", {}, "Next fire times"),
     job.next_fire_times.length
       ? h("ol", { id: "next-fire-times" }, job.next_fire_times.map((at) => h("li", {}, when(at))))
       : h("p", { className: "muted" }, "None while disabled or paused."),
     h("h2", {}, "Run history"),
     commandsLink({ schedule: name }, "All commands of this schedule →"), runs,
-    h("h2", {}, "Definition"), h("pre", {}, JSON.stringify(job.definition, null, 2)));
+    h("h2", {}, "Definition"), h("pre", {}, JSON.stringify(job.definition, null, 2)), changes);
 }
 
 // --- the create/edit form -------------------------------------------------------------
