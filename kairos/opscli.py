@@ -854,7 +854,7 @@ def commands_list(
     schedule: Annotated[str | None, typer.Option(help="Only this schedule's (its id).")] = None,
     run: Annotated[
         str | None,
-        typer.Option(help="Only this run of --schedule: its occurrence, RFC 3339 with offset."),
+        typer.Option(help="Only this run (its occurrence, RFC 3339 with offset); see --schedule."),
     ] = None,
     organization: Annotated[
         str | None, typer.Option(help="Only this organization's hosts.")
