@@ -1,9 +1,10 @@
 """Record a history with the release checked out at WORKTREE (see tests/compat/README.md).
 
-Run it with that release's code first on the path, so the worker, the projector and the
-helpers that drive the scenario (its tests/support) are the release's own:
+Run it from WORKTREE with that release's code first on the path, so the worker, the projector
+and the helpers that drive the scenario (its tests/support) are the release's own
+(tests/compat/README.md has the whole command):
 
-    PYTHONPATH=WORKTREE python tests/compat/record.py WORKTREE tests/compat/vX.Y.Z
+    cd WORKTREE && PYTHONPATH=WORKTREE python REPO/tests/compat/record.py WORKTREE OUTPUT
 
 It starts a fresh Apache Kafka and PostgreSQL, the release's `kairos worker` and `kairos
 projector` (from WORKTREE), drives the scenario below with a ScannerFleet that answers some
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -338,6 +340,7 @@ async def main() -> None:
             stop(process)
         postgres.stop()
         cluster.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":
