@@ -17,7 +17,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Path
 from fastapi.responses import JSONResponse
-from pydantic import Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    create_model,
+)
 
 from api import queries
 from api.deps import AdminDep, AuthenticatedRoute, ClockDep, ConnDep, GuestDep, PublisherDep
@@ -48,22 +56,47 @@ class ScannersPublic(Contract):
     count: int
 
 
-class ScannerWrite(ScannerSpec):
-    """A whole entry for PUT: every field of a scanner; `name` may be left out, and if given
-    must be the path's."""
+def _json_integer(value: object) -> object:
+    """Only JSON numbers: `true` and `"5"` are not integers in a JSON body."""
+    if isinstance(value, bool | str | bytes):
+        raise ValueError("must be a JSON integer")
+    return value
 
-    name: str | None = Field(default=None, pattern=SCANNER_NAME_PATTERN)  # type: ignore[assignment]
+
+def _body_fields(*, defaults: bool) -> dict[str, Any]:
+    """ScannerSpec's fields but `name`, with its ranges, as a JSON body takes them: integers
+    only as JSON numbers, booleans only as JSON booleans, and never null."""
+    fields: dict[str, Any] = {}
+    for name, info in ScannerSpec.model_fields.items():
+        if name == "name":
+            continue
+        if info.annotation is bool:
+            kind: Any = StrictBool
+        elif info.annotation is int:
+            kind = Annotated[(int, *info.metadata, BeforeValidator(_json_integer))]
+        else:
+            kind = Annotated[(StrictStr, *info.metadata)]
+        default = info.default if defaults else None
+        fields[name] = (kind, Field(default=default, description=info.description))
+    return fields
 
 
-class ScannerChanges(Contract):
-    """A partial change for PATCH: the fields given replace the entry's, same ranges."""
+ScannerWrite: type[BaseModel] = create_model(
+    "ScannerWrite",
+    __doc__="Body of PUT /scanners/{name}: the whole entry; fields left out take their"
+    " defaults; `name` may be left out, and if given must be the path's.",
+    __config__=ConfigDict(frozen=True, extra="forbid"),
+    name=(Annotated[str, Field(pattern=SCANNER_NAME_PATTERN)], Field(default=None)),
+    **_body_fields(defaults=True),
+)
 
-    description: str | None = Field(default=None, max_length=500)
-    is_active: bool | None = None
-    max_concurrent: int | None = Field(default=None, ge=1, le=100_000)
-    timeout_seconds: int | None = Field(default=None, ge=60, le=86_400)
-    retry_delay_seconds: int | None = Field(default=None, ge=0, le=86_400)
-    default_priority: int | None = Field(default=None, ge=1, le=10)
+ScannerChanges: type[BaseModel] = create_model(
+    "ScannerChanges",
+    __doc__="Body of PATCH /scanners/{name}: the fields to change, at least one, with the"
+    " ranges of ScannerSpec.",
+    __config__=ConfigDict(frozen=True, extra="forbid", json_schema_extra={"minProperties": 1}),
+    **_body_fields(defaults=False),
+)
 
 
 def _public(spec: ScannerSpec, in_flight: dict[str, int]) -> ScannerPublic:
@@ -130,11 +163,11 @@ async def put_scanner(
     wait: WaitDep,
 ) -> JSONResponse:
     """Register a scanner, or replace its whole entry (fields left out take their defaults)."""
-    if body.name is not None and body.name != name:
-        raise InvalidInput(
-            "name", f"the body names {body.name!r}, the path {name!r}", location="body"
-        )
-    spec = ScannerSpec(**body.model_dump(exclude={"name"}), name=name)
+    given = body.model_dump(exclude={"name"})
+    named = body.model_dump()["name"]
+    if named is not None and named != name:
+        raise InvalidInput("name", f"the body names {named!r}, the path {name!r}", location="body")
+    spec = ScannerSpec(**given, name=name)
     before = await queries.get_config(conn)
     return await _publish(spec, before, conn, publisher, clock, caller, wait)
 
@@ -153,11 +186,6 @@ async def patch_scanner(
     changes = body.model_dump(exclude_unset=True)
     if not changes:
         raise InvalidInput("body", "give at least one field to change", location="body")
-    for field, value in changes.items():
-        if value is None:
-            raise InvalidInput(
-                field, "null is not a value here; leave the field out", location="body"
-            )
     before = await queries.get_config(conn)
     spec = ScannerSpec(**{**_entry(before, name).model_dump(), **changes})
     return await _publish(spec, before, conn, publisher, clock, caller, wait)

@@ -14,6 +14,7 @@ from kairos.floor.settings import Settings
 from schemas.api import Role
 from tests.integration.test_api import bearer, prepare, running_api
 from tests.integration.test_api_worker import eventually
+from tests.support.scanners import put_scanners
 from tests.support.schedules import suspended
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -39,6 +40,7 @@ async def test_two_patches_with_the_same_if_match_exactly_one_lands(
     projector = projectors(settings.model_copy(update={"projector_enabled": True}))
     admin, guest = bearer(tokens[Role.SECURITY_ADMIN]), bearer(tokens[Role.GUEST])
     async with running_api(settings) as client:
+        await put_scanners(client, admin, "nmap")
         created = await client.post(J, params={"wait": "true"}, json=job("edited"), headers=admin)
         assert created.status_code == 200, created.text
         etag = (await client.get(f"{J}/edited", headers=guest)).headers["ETag"]
