@@ -100,13 +100,15 @@ async def schedule_authors(
 
 
 async def get_dead_letter(
-    conn: psycopg.AsyncConnection, event_id: uuid.UUID
+    conn: psycopg.AsyncConnection, event_id: uuid.UUID, *, lock: bool = False
 ) -> DeadLetterPublic | None:
+    """The dead letter; with `lock`, its row stays locked to the end of the caller's
+    transaction, so two redrives of one letter take turns."""
     columns = sql.SQL(", ").join(sql.Identifier(name) for name in DeadLetterPublic.model_fields)
     rows = await _rows(
         conn,
-        sql.SQL("SELECT {columns} FROM dead_letters WHERE event_id = %(id)s").format(
-            columns=columns
+        sql.SQL("SELECT {columns} FROM dead_letters WHERE event_id = %(id)s{lock}").format(
+            columns=columns, lock=sql.SQL(" FOR UPDATE" if lock else "")
         ),
         {"id": event_id},
     )

@@ -104,52 +104,55 @@ async def redrive_dead_letter(
     """Send a dead letter back to its source topic with its original key: unchanged, or as
     the corrected `body` given, which must satisfy the topic's contract first. Recorded on
     the dead letter and in the audit trail (`dead_letter.redriven`)."""
-    letter = await audit_queries.get_dead_letter(conn, event_id)
-    if letter is None:
-        raise HTTPException(404, f"dead letter {event_id} is not in the read model")
-    if letter.redriven_at is not None and not force:
-        raise HTTPException(
-            409,
-            f"dead letter {event_id} was redriven at {letter.redriven_at.isoformat()} by "
-            f"{letter.redriven_by}; force=true sends it again",
-        )
-    contract = _contracts(runtime).get(letter.source_topic)
-    if contract is None:
-        raise HTTPException(409, f"{letter.source_topic} takes no redriven messages")
-    body = redrive.body if redrive is not None else None
-    if body is None:
-        if len(letter.raw) >= RAW_KEPT_CHARS:
-            raise RequestValidationError(
-                [
-                    {
-                        "loc": ("body", "body"),
-                        "msg": "the original was cut; give a body",
-                        "type": "missing",
-                    }
-                ]
+    # The letter's row stays locked until the redrive is recorded: a second redrive waits,
+    # then sees the first and is refused unless forced.
+    async with conn.transaction():
+        letter = await audit_queries.get_dead_letter(conn, event_id, lock=True)
+        if letter is None:
+            raise HTTPException(404, f"dead letter {event_id} is not in the read model")
+        if letter.redriven_at is not None and not force:
+            raise HTTPException(
+                409,
+                f"dead letter {event_id} was redriven at {letter.redriven_at.isoformat()} by "
+                f"{letter.redriven_by}; force=true sends it again",
             )
-        value = letter.raw.encode()
-        new_id = _event_id_of(letter.raw)
-    else:
-        try:
-            message = contract.validate_python(body)
-        except ValidationError as error:
-            raise RequestValidationError(
-                [{**e, "loc": ("body", "body", *e["loc"])} for e in error.errors()]
-            ) from None
-        value = json.dumps(body, separators=(",", ":")).encode()
-        new_id = str(message.event_id)
-    partition, offset = await publisher.republish(letter.source_topic, value, letter.key)
-    redriven_at = clock.now()
-    new_id = new_id or f"{letter.source_topic}/{partition}/{offset}"
-    await audit_queries.mark_redriven(
-        conn,
-        event_id=event_id,
-        at=redriven_at,
-        actor=caller.name[:255],
-        redrive_event_id=new_id,
-        summary={"topic": letter.source_topic, "edited": body is not None, "event_id": new_id},
-    )
+        contract = _contracts(runtime).get(letter.source_topic)
+        if contract is None:
+            raise HTTPException(409, f"{letter.source_topic} takes no redriven messages")
+        body = redrive.body if redrive is not None else None
+        if body is None:
+            if len(letter.raw) >= RAW_KEPT_CHARS:
+                raise RequestValidationError(
+                    [
+                        {
+                            "loc": ("body", "body"),
+                            "msg": "the original was cut; give a body",
+                            "type": "missing",
+                        }
+                    ]
+                )
+            value = letter.raw.encode()
+            new_id = _event_id_of(letter.raw)
+        else:
+            try:
+                message = contract.validate_python(body)
+            except ValidationError as error:
+                raise RequestValidationError(
+                    [{**e, "loc": ("body", "body", *e["loc"])} for e in error.errors()]
+                ) from None
+            value = json.dumps(body, separators=(",", ":")).encode()
+            new_id = str(message.event_id)
+        partition, offset = await publisher.republish(letter.source_topic, value, letter.key)
+        redriven_at = clock.now()
+        new_id = new_id or f"{letter.source_topic}/{partition}/{offset}"
+        await audit_queries.mark_redriven(
+            conn,
+            event_id=event_id,
+            at=redriven_at,
+            actor=caller.name[:255],
+            redrive_event_id=new_id,
+            summary={"topic": letter.source_topic, "edited": body is not None, "event_id": new_id},
+        )
     return RedrivePublic(
         event_id=event_id,
         topic=letter.source_topic,
