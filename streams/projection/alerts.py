@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -203,9 +203,17 @@ def _raise_row(decision: RaiseAlert) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-async def check_time_conditions(conn: psycopg.AsyncConnection, now: datetime) -> AlertCounts:
-    """Past-promise and cap-saturation alerts as of `now`; skipped while another projector
-    holds the check. Runs in its own transaction."""
+TimeCheck = Callable[
+    [psycopg.AsyncConnection, SchedulerConfig, datetime], Awaitable[list[AlertDecision]]
+]
+"""A further time-based check, run under the same lock and in the same transaction."""
+
+
+async def check_time_conditions(
+    conn: psycopg.AsyncConnection, now: datetime, *, more: Sequence[TimeCheck] = ()
+) -> AlertCounts:
+    """Past-promise and cap-saturation alerts as of `now`, then the checks in `more`;
+    skipped while another projector holds the check. Runs in its own transaction."""
     counts = AlertCounts()
     async with conn.transaction():
         cursor = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (CHECK_LOCK,))
@@ -220,9 +228,8 @@ async def check_time_conditions(conn: psycopg.AsyncConnection, now: datetime) ->
         if decision is not None:
             counts.add([decision])
             await write(conn, [decision])
-        from streams.projection import trends  # It builds on this module.
-
-        counts.add(await trends.check_organization_trends(conn, config, now))
+        for check in more:
+            counts.add(await check(conn, config, now))
     return counts
 
 

@@ -255,7 +255,9 @@ class Projector:
                 conn = await connect(self.settings.database_url, timeout=5)
             if due:
                 self._checked_at = time.monotonic()
-                counts = await alerts.check_time_conditions(conn, self.clock.now())
+                counts = await alerts.check_time_conditions(
+                    conn, self.clock.now(), more=(trends.check_organization_trends,)
+                )
                 self._count_alerts(counts)
                 self._alerts_pending = True
             while self._alerts_pending:
