@@ -112,10 +112,13 @@ def _entry(config: SchedulerConfigPublic, name: str) -> ScannerSpec:
 
 @router.get("", response_model=ScannersPublic, responses=READ_ERRORS)
 async def list_scanners(conn: ConnDep, caller: GuestDep) -> ScannersPublic:
-    """The registry, `compliance` first, each with its commands in flight."""
+    """The registry, `compliance` first and the others by name, each with its commands in
+    flight."""
     config = await queries.get_config(conn)
     in_flight = await queries.in_flight_by_scanner(conn)
-    entries = [_public(spec, in_flight) for spec in config.registry()]
+    adaptive, *others = config.registry()
+    ordered = [adaptive, *sorted(others, key=lambda spec: spec.name)]
+    entries = [_public(spec, in_flight) for spec in ordered]
     return ScannersPublic(data=entries, count=len(entries))
 
 

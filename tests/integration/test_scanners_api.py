@@ -105,8 +105,9 @@ async def test_schedules_name_only_registered_active_scanners(
     settings = api_settings(bootstrap_servers, postgres_server, broker_kind)
     tokens = await prepare(settings)
     admin = bearer(tokens[Role.SECURITY_ADMIN])
-    await register_scanners(settings.database_url, "nmap")
+    # Registered out of name order: the list is compliance first, then by name.
     await register_scanners(settings.database_url, "zmap", is_active=False)
+    await register_scanners(settings.database_url, "nmap")
     async with running_api(settings) as client:
         listed = (await client.get(SCANNERS, headers=admin)).json()
         assert [(entry["name"], entry["is_active"]) for entry in listed["data"]] == [
