@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,19 +34,18 @@ from schemas.internal import (
 )
 from streams import codec
 from streams.codec import Undecodable
-from streams.direct import DirectSends, table_value
+from streams.direct import DirectSends
 from streams.guard import Guard, Origin
 from streams.metrics import WorkerMetrics
-from streams.partition_index import partition_of
-from streams.policy.dispatch import RECENTLY_RELEASED_KEPT, DispatchQueue, command_for
+from streams.policy.dispatch import DispatchQueue
 from streams.policy.ids import message_id
 from streams.stages.control import Control
+from streams.stages.dispatch_outbox import Outbox
+from streams.stages.dispatch_recovery import DISPATCH_PARTITION, ReleasedMarkers, recovered
 
 log = logging.getLogger(__name__)
 
 DISPATCH_KEY = b"dispatch"
-DISPATCH_PARTITION = 0
-"""The dispatch queue and its table have one partition: one owner holds the fleet-wide cap."""
 BATCH_MAX_BYTES = 500_000
 """Half of Kafka's default 1 MiB message limit: a batch never comes near it."""
 RELEASED_MARKER_KEPT = timedelta(minutes=30)
@@ -89,10 +88,9 @@ class Dispatcher:
         self._counters = counters
         self.queue = DispatchQueue()
         self._woken_pending = False
-        self._outbox: list[tuple[ScanCommand, asyncio.Future[Any] | None]] = []
-        """Issued commands with the ack of their slot's batch (None: durable already)."""
-        self._outbox_ready = asyncio.Event()
-        self._released_markers: deque[tuple[datetime, str]] = deque()
+        self.outbox = Outbox(settings, direct)
+        """Issued commands, sent once their slots are durable (`send_issued_commands`)."""
+        self._released = ReleasedMarkers(table, direct)
         self._blocked: tuple[int, int, int] | None = None
         """What the queue held after a pass that issued nothing while commands waited."""
         self._registry: tuple[int, Pools] | None = None
@@ -154,9 +152,7 @@ class Dispatcher:
         # Reached only if every batch of the pass went to the producer: the commands whose
         # slots were written leave once those are acknowledged, even from a pass that failed.
         if issued:
-            slots_acked = asyncio.gather(*acks)
-            self._outbox.extend((command, slots_acked) for command in issued)
-            self._outbox_ready.set()
+            self.outbox.add(issued, asyncio.gather(*acks))
         if failed is not None:
             raise failed
 
@@ -188,14 +184,14 @@ class Dispatcher:
                 ):
                     self._count_withdrawn(WithdrawReason.DELETED)
                 queue.release(message.command_id, message.outcome)
-                await self._mark_released(message.command_id, now)
+                await self._released.mark(message.command_id, now)
             elif isinstance(message, ClaimWithdrawn):
                 await self._withdraw(message, now)
             elif isinstance(message, DispatcherWoken):
                 self._woken_pending = False
-        await self._forget_released_before(now - RELEASED_MARKER_KEPT)
+        await self._released.forget_before(now - RELEASED_MARKER_KEPT)
         for expired in queue.expire(now):
-            await self._mark_released(expired.command_id, now)
+            await self._released.mark(expired.command_id, now)
             self._counters["commands_timed_out"] += 1
             self._metrics.timeouts.inc()
             timed_out = CommandTimedOut(
@@ -251,7 +247,7 @@ class Dispatcher:
         command_id = message.command_id
         if queue.waiting_request(command_id) is not None:
             queue.release(command_id, ReleaseOutcome.WITHDRAWN)
-            await self._mark_released(command_id, now)
+            await self._released.mark(command_id, now)
             self._count_withdrawn(message.reason)
         elif queue.is_in_flight(command_id) or queue.was_released(command_id):
             return
@@ -312,101 +308,33 @@ class Dispatcher:
             woken = DispatcherWoken(at=now)
             await self.topic.send(key=DISPATCH_KEY, value=codec.encode(woken))
 
-    async def _mark_released(self, command_id: str, now: datetime) -> None:
-        """A durable marker: after a failover a late request for this command is still absorbed
-        instead of being issued again and holding a slot until its deadline."""
-        marker = codec.dispatch_released(now)
-        await self._direct.put_queued(self.table, command_id, marker, DISPATCH_PARTITION)
-        self._released_markers.append((now, command_id))
-
-    async def _forget_released_before(self, cutoff: datetime) -> None:
-        markers = self._released_markers
-        table = self.table
-        while markers and (markers[0][0] < cutoff or len(markers) > RECENTLY_RELEASED_KEPT):
-            _, command_id = markers.popleft()
-            stored = table_value(table, command_id)
-            if stored is not None and codec.RELEASED_MARKER in stored:
-                await self._direct.put_queued(table, command_id, None, DISPATCH_PARTITION)
-
     def rebuild(self) -> Any:
         """The table's recovery callback: the queue again from the durable slots."""
 
         async def rebuild() -> None:
-            queue = DispatchQueue()
-            resend: list[ScanCommand] = []
-            released: list[tuple[datetime, str]] = []
-            for key, stored in list(self.table.items()):
-                try:
-                    request, issued_at, deadline, released_at = codec.read_dispatch_entry(stored)
-                except Exception as error:  # Faust would swallow it and stop the rebuild.
-                    await self._guard.unreadable_state(self.table, key, stored, error)
-                    continue
-                if released_at is not None:
-                    released.append((released_at, key))
-                elif request is not None and deadline is not None and issued_at is not None:
-                    queue.restore_in_flight(request, deadline)
-                    resend.append(command_for(request, issued_at=issued_at, deadline=deadline))
-                elif request is not None:
-                    queue.request(request)
-            released.sort()
-            for _, command_id in released:
-                queue.restore_released(command_id)
-            self._released_markers = deque(released)
-            self.queue = queue
-            if not self.owned():
-                resend = []  # Recovery runs on every worker; the partition's owner sends.
+            state = await recovered(self.table, self._guard)
+            self._released.reset(state.released)
+            self.queue = queue = state.queue
+            # Recovery runs on every worker; the partition's owner sends.
+            resend = state.in_flight if self.owned() else []
             # A slot is durable before its command is sent, so a kill -9 in between leaves
             # commands that never went out. Send every in-flight one again with its own id:
             # agents dedupe on command_id, and this costs one record per in-flight command.
-            self._outbox.extend((command, None) for command in resend)
-            if resend:
-                self._outbox_ready.set()
+            self.outbox.add(resend, None)
             self._counters["commands_resent_after_recovery"] += len(resend)
             log.info(
                 "dispatch queue rebuilt: %d waiting, %d in flight (%d sent again), %d released",
                 queue.waiting_count,
                 queue.in_flight_count,
                 len(resend),
-                len(released),
+                len(state.released),
             )
 
         return rebuild()
 
     async def send_issued_commands(self) -> None:
-        """Send issued commands only once their slots are durable in the changelog.
-
-        Table writes and command sends go to different partitions, so Kafka alone does not
-        order them: a command sent before its slot was acknowledged could be out after a
-        kill -9 while the next dispatcher does not count it, and the fleet-wide cap would be
-        exceeded. So each command waits for the ack of the table batch its pass wrote its slot
-        in (commands re-sent after recovery have theirs already), never for a flush of
-        everything queued. A slot the broker refuses fails this task and with it the worker:
-        its command is never sent, and the host stage asks for the host again when it recovers
-        (its claim was never marked issued).
-        """
-        names = self._names
-        partitions = self.settings.partitions
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            batch, self._outbox = self._outbox, []
-            await asyncio.gather(*(acked for _, acked in batch if acked is not None))
-            if self.settings.fault_command_send_delay_seconds:
-                await asyncio.sleep(self.settings.fault_command_send_delay_seconds)
-            # Hosts are not told: the command carries its issue time and deadline to the
-            # scanners, and a host learns it ended from its result or timeout. The commands
-            # go as one record batch per partition (only this task sends to the topic), on the
-            # partition the default partitioner would pick for the host (its count is checked
-            # at start): a send each cost more than the command's encoding.
-            async with self._direct.batching():
-                for command, _ in batch:
-                    host_id = command.host_id
-                    await self._direct.queue(
-                        names.scan_commands,
-                        host_id.encode(),
-                        codec.encode(command),
-                        partition_of(host_id, partitions),
-                    )
+        """The outbox's sending task (`Outbox.send_issued_commands`)."""
+        await self.outbox.send_issued_commands()
 
     async def log_ownership(self, sender: Any = None, **kwargs: Any) -> None:
         """Operators (and the fault tests) read from the log which worker holds the cap."""

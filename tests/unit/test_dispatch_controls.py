@@ -87,7 +87,7 @@ def _dispatcher(sends: _Sends, *, cap: int = 1, enabled: bool = True) -> Dispatc
 
 
 def _issued(dispatcher: Dispatcher) -> list[str]:
-    return [command.command_id for command, _ in dispatcher._outbox]
+    return [command.command_id for command, _ in dispatcher.outbox.pending]
 
 
 def _set_enabled(dispatcher: Dispatcher, enabled: bool) -> None:
