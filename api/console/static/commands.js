@@ -1,6 +1,6 @@
 // Commands across the fleet: filtered, newest issued first, each with its lifecycle.
 import { P, get, query } from "./api.js";
-import { badge, fill, h, notice, table, when } from "./dom.js";
+import { fill, h, notice, table, when } from "./dom.js";
 
 const FILTERS = ["host", "scanner", "schedule", "run", "organization", "reason", "state",
   "issued_from", "issued_until"];
@@ -11,6 +11,8 @@ const STATES = ["", "in_flight", "succeeded", "failed", "timed_out"];
 export function commandsLink(filters, text) {
   return h("a", { href: `#/commands${query(filters)}`, className: "commands-link" }, text);
 }
+
+const instant = (value) => `${new Date(value).toISOString().replace("T", " ").slice(0, 19)}Z`;
 
 function ended(command) {
   if (!command.outcome_at) return h("span", { className: "muted" }, `deadline `, when(command.deadline));
@@ -65,9 +67,10 @@ export async function commandsView({ main, params }) {
               command.schedule_id),
             command.occurrence ? h("span", {}, " / ", commandsLink(
               { schedule: command.schedule_id, run: command.occurrence },
-              command.occurrence.replace("T", " ").replace(":00Z", "Z"))) : null)
+              instant(command.occurrence))) : null)
           : "—",
-        badge(command.command_state), ended(command),
+        h("span", { className: `state ${command.command_state}` },
+          command.command_state.replace("_", " ")), ended(command),
         h("code", { title: command.command_id }, command.command_id.slice(0, 13))]),
       "No command matches."),
     next);
