@@ -67,6 +67,114 @@ class _Level:
             self.turn.append(organization)
         heapq.heappush(heap, entry)
 
+    def candidate(
+        self,
+        priority: int,
+        skipped: _Skipped,
+        waiting: Mapping[str, DispatchRequested],
+    ) -> tuple[_Entry, str] | None:
+        """The earliest due command of the organization whose turn it is at `priority`;
+        organizations with nothing left lose their turn, those at their cap are skipped."""
+        turn = self.turn
+        while turn:
+            organization = turn[0]
+            head = self._valid_head(organization, priority, waiting)
+            if head is None:
+                turn.popleft()
+                del self.heaps[organization]
+                continue
+            if skipped.full(organization):
+                turn.popleft()
+                skipped.levels.append((priority, organization))
+                continue
+            return head, organization
+        return None
+
+    def _valid_head(
+        self, organization: str, priority: int, waiting: Mapping[str, DispatchRequested]
+    ) -> _Entry | None:
+        """The earliest due entry still waiting at that priority and organization; drops
+        stale ones (released, issued, or asked again at a higher priority)."""
+        heap = self.heaps[organization]
+        while heap:
+            head = heap[0]
+            request = waiting.get(head[2])
+            if (
+                request is not None
+                and request.priority == priority
+                and share_of(request) == organization
+            ):
+                return head
+            heapq.heappop(heap)
+        return None
+
+
+class _Promises:
+    """The waiting commands with a promise: per share a heap ordered by `promise_at`, and a
+    heap of those heaps' heads. Entries are dropped lazily: `waiting` says which still hold."""
+
+    __slots__ = ("heads", "heaps", "pushes")
+
+    def __init__(self) -> None:
+        self.heaps: dict[str, list[_Entry]] = {}
+        self.heads: list[tuple[datetime, str]] = []
+        self.pushes = 0
+        """Entries pushed since the heaps were last rebuilt."""
+
+    def push(self, share: str, entry: _Entry) -> None:
+        promises = self.heaps.setdefault(share, [])
+        heapq.heappush(promises, entry)
+        self.pushes += 1
+        if promises[0] is entry:
+            heapq.heappush(self.heads, (entry[0], share))
+
+    def pop(self, share: str) -> str:
+        return heapq.heappop(self.heaps[share])[2]
+
+    def candidate(
+        self,
+        horizon: datetime,
+        skipped: _Skipped,
+        waiting: Mapping[str, DispatchRequested],
+    ) -> tuple[_Entry, str] | None:
+        """The waiting command with the earliest `promise_at` at or before `horizon`, of an
+        organization below its cap."""
+        heads = self.heads
+        while heads:
+            promise_at, organization = heads[0]
+            if promise_at > horizon:
+                return None
+            head = self._valid_head(organization, waiting)
+            if head is None or head[0] != promise_at:
+                heapq.heappop(heads)  # Stale: the organization's head has moved on.
+                if head is not None:
+                    heapq.heappush(heads, (head[0], organization))
+                continue
+            if skipped.full(organization):
+                skipped.promises.append(heapq.heappop(heads))
+                continue
+            return head, organization
+        return None
+
+    def _valid_head(
+        self, organization: str, waiting: Mapping[str, DispatchRequested]
+    ) -> _Entry | None:
+        heap = self.heaps.get(organization)
+        if heap is None:
+            return None
+        while heap:
+            head = heap[0]
+            request = waiting.get(head[2])
+            if (
+                request is not None
+                and request.promise_at == head[0]
+                and share_of(request) == organization
+            ):
+                return head
+            heapq.heappop(heap)
+        del self.heaps[organization]
+        return None
+
 
 class DispatchQueue:
     """Waiting requests in rank order, the set in flight, and the count in flight per
@@ -100,10 +208,7 @@ class DispatchQueue:
     def __init__(self) -> None:
         self._waiting: dict[str, DispatchRequested] = {}
         self._levels: dict[int, _Level] = {}
-        self._promises: dict[str, list[_Entry]] = {}
-        self._promise_heads: list[tuple[datetime, str]] = []
-        self._promise_pushes = 0
-        """Entries pushed on the promise heaps since they were last rebuilt."""
+        self._promises = _Promises()
         self._in_flight: dict[str, tuple[DispatchRequested, datetime]] = {}
         self._in_flight_by_organization: Counter[str] = Counter()
         self._in_flight_by_scanner: Counter[str] = Counter()
@@ -186,17 +291,14 @@ class DispatchQueue:
             level = self._levels[request.priority] = _Level()
         level.push(organization, (request.due_at, self._sequence, command))
         if request.promise_at is not None:
-            self._push_promise(organization, (request.promise_at, self._sequence, command))
+            self._promises.push(organization, (request.promise_at, self._sequence, command))
         return True
 
     def restore_in_flight(self, request: DispatchRequested, deadline: datetime) -> None:
         """Recovery: a command that was issued before the queue's owner changed."""
         self._waiting.pop(request.command_id, None)
         self._end_in_flight(request.command_id)
-        self._in_flight[request.command_id] = (request, deadline)
-        self._in_flight_by_organization[organization_of(request)] += 1
-        self._in_flight_by_scanner[request.scanner] += 1
-        heapq.heappush(self._deadlines, (deadline, request.command_id))
+        self._start_in_flight(request, deadline)
 
     def restore_released(self, command_id: str) -> None:
         """Recovery: a command released before the queue's owner changed; a late request for
@@ -248,8 +350,13 @@ class DispatchQueue:
         """
         issued: list[Issued] = []
         horizon = now + timedelta(minutes=promise_guard_minutes) if promise_guard_minutes else None
-        skipped = _Skipped(org_cap or None, pools or {})
-        if self._promise_pushes > 2 * len(self._waiting) + PROMISE_HEAPS_SLACK:
+        skipped = _Skipped(
+            org_cap or None,
+            pools or {},
+            self._in_flight_by_organization,
+            self._in_flight_by_scanner,
+        )
+        if self._promises.pushes > 2 * len(self._waiting) + PROMISE_HEAPS_SLACK:
             self._rebuild_promises()
         try:
             while len(self._in_flight) < cap:
@@ -260,15 +367,12 @@ class DispatchQueue:
                     break
                 request = self._waiting.pop(command)
                 deadline = now + (timeouts or {}).get(request.scanner, timeout)
-                self._in_flight[command] = (request, deadline)
-                self._in_flight_by_organization[organization_of(request)] += 1
-                self._in_flight_by_scanner[request.scanner] += 1
-                heapq.heappush(self._deadlines, (deadline, command))
+                self._start_in_flight(request, deadline)
                 issued.append(
                     Issued(request, command_for(request, issued_at=now, deadline=deadline))
                 )
         finally:
-            self._restore_skipped(skipped)
+            skipped.restore(self._levels, self._promises)
         return issued
 
     # --- internals ---
@@ -297,7 +401,7 @@ class DispatchQueue:
             if best is None or key < best:
                 best, source, organization = key, priority, owner
         if horizon is not None:
-            guarded = self._guarded_candidate(horizon, skipped)
+            guarded = self._promises.candidate(horizon, skipped, self._waiting)
             if guarded is not None:
                 (promise_at, sequence, command), owner = guarded
                 key = (1, 0, promise_at, sequence)
@@ -306,7 +410,7 @@ class DispatchQueue:
         if source is None:
             return None
         if source == GUARDED:
-            return heapq.heappop(self._promises[organization])[2]
+            return self._promises.pop(organization)
         level = self._levels[source]
         command = heapq.heappop(level.heaps[organization])[2]
         level.turn.popleft()  # The organization served had the turn: it goes to the back.
@@ -314,73 +418,13 @@ class DispatchQueue:
         return command
 
     def _level_candidate(self, priority: int, skipped: _Skipped) -> tuple[_Entry, str] | None:
-        """The earliest due command of the organization whose turn it is at `priority`;
-        organizations with nothing left lose their turn, those at their cap are skipped."""
+        """The candidate of `priority`'s turn (`_Level.candidate`); a level left without
+        waiting commands is dropped."""
         level = self._levels[priority]
-        turn = level.turn
-        while turn:
-            organization = turn[0]
-            head = self._valid_level_head(level, organization, priority)
-            if head is None:
-                turn.popleft()
-                del level.heaps[organization]
-                continue
-            if skipped.full(
-                organization, self._in_flight_by_organization, self._in_flight_by_scanner
-            ):
-                turn.popleft()
-                skipped.levels.append((priority, organization))
-                continue
-            return head, organization
-        if not level.heaps:
+        candidate = level.candidate(priority, skipped, self._waiting)
+        if candidate is None and not level.heaps:
             del self._levels[priority]
-        return None
-
-    def _valid_level_head(self, level: _Level, organization: str, priority: int) -> _Entry | None:
-        """The earliest due entry still waiting at that priority and organization; drops
-        stale ones (released, issued, or asked again at a higher priority)."""
-        heap = level.heaps[organization]
-        waiting = self._waiting
-        while heap:
-            head = heap[0]
-            request = waiting.get(head[2])
-            if (
-                request is not None
-                and request.priority == priority
-                and share_of(request) == organization
-            ):
-                return head
-            heapq.heappop(heap)
-        return None
-
-    def _guarded_candidate(self, horizon: datetime, skipped: _Skipped) -> tuple[_Entry, str] | None:
-        """The waiting command with the earliest `promise_at` at or before `horizon`, of an
-        organization below its cap."""
-        heads = self._promise_heads
-        while heads:
-            promise_at, organization = heads[0]
-            if promise_at > horizon:
-                return None
-            head = self._valid_promise_head(organization)
-            if head is None or head[0] != promise_at:
-                heapq.heappop(heads)  # Stale: the organization's head has moved on.
-                if head is not None:
-                    heapq.heappush(heads, (head[0], organization))
-                continue
-            if skipped.full(
-                organization, self._in_flight_by_organization, self._in_flight_by_scanner
-            ):
-                skipped.promises.append(heapq.heappop(heads))
-                continue
-            return head, organization
-        return None
-
-    def _push_promise(self, organization: str, entry: _Entry) -> None:
-        promises = self._promises.setdefault(organization, [])
-        heapq.heappush(promises, entry)
-        self._promise_pushes += 1
-        if promises[0] is entry:
-            heapq.heappush(self._promise_heads, (entry[0], organization))
+        return candidate
 
     def _rebuild_promises(self) -> None:
         """The promise heaps from the waiting commands alone. A command issued in its
@@ -388,43 +432,18 @@ class DispatchQueue:
         to two days later (or never, with the guard off): rebuilt once the entries pushed
         outnumber twice those waiting, they stay O(waiting) at an amortized O(log waiting) a
         request."""
-        self._promises = {}
-        self._promise_heads = []
-        self._promise_pushes = 0
+        self._promises = _Promises()
         for command, request in self._waiting.items():
             if request.promise_at is not None:
                 self._sequence += 1
                 entry = (request.promise_at, self._sequence, command)
-                self._push_promise(share_of(request), entry)
+                self._promises.push(share_of(request), entry)
 
-    def _valid_promise_head(self, organization: str) -> _Entry | None:
-        heap = self._promises.get(organization)
-        if heap is None:
-            return None
-        waiting = self._waiting
-        while heap:
-            head = heap[0]
-            request = waiting.get(head[2])
-            if (
-                request is not None
-                and request.promise_at == head[0]
-                and share_of(request) == organization
-            ):
-                return head
-            heapq.heappop(heap)
-        del self._promises[organization]
-        return None
-
-    def _restore_skipped(self, skipped: _Skipped) -> None:
-        """Organizations skipped at their cap keep their place for the next pass."""
-        for priority, organization in reversed(skipped.levels):
-            level = self._levels.get(priority)
-            if level is None:
-                level = self._levels[priority] = _Level()
-            if organization in level.heaps:
-                level.turn.appendleft(organization)
-        for head in skipped.promises:
-            heapq.heappush(self._promise_heads, head)
+    def _start_in_flight(self, request: DispatchRequested, deadline: datetime) -> None:
+        self._in_flight[request.command_id] = (request, deadline)
+        self._in_flight_by_organization[organization_of(request)] += 1
+        self._in_flight_by_scanner[request.scanner] += 1
+        heapq.heappush(self._deadlines, (deadline, request.command_id))
 
     def _end_in_flight(self, command_id: str) -> DispatchRequested | None:
         entry = self._in_flight.pop(command_id, None)
@@ -458,27 +477,47 @@ class _Skipped:
     """Organizations passed over in one `issue` because they are at their cap: none of their
     commands ends during the pass, so each is skipped once per turn it holds."""
 
-    __slots__ = ("cap", "levels", "pools", "promises")
+    __slots__ = ("by_organization", "by_scanner", "cap", "levels", "pools", "promises")
 
-    def __init__(self, cap: int | None, pools: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        cap: int | None,
+        pools: Mapping[str, int],
+        by_organization: Counter[str],
+        by_scanner: Counter[str],
+    ) -> None:
         self.cap = cap
         self.pools = pools
+        self.by_organization = by_organization
+        """The queue's commands in flight per organization and per scanner (live counts)."""
+        self.by_scanner = by_scanner
         self.levels: list[tuple[int, str]] = []
         self.promises: list[tuple[datetime, str]] = []
 
-    def full(self, share: str, by_organization: Counter[str], by_scanner: Counter[str]) -> bool:
+    def full(self, share: str) -> bool:
         """The share's scanner pool is full (or the scanner inactive), or its organization is
         at its cap."""
         scanner, _, organization = share.partition(SHARE_SEPARATOR)
         pool = self.pools.get(scanner)
-        if pool is not None and by_scanner[scanner] >= pool:
+        if pool is not None and self.by_scanner[scanner] >= pool:
             return True
         cap = self.cap
         return (
             cap is not None
             and organization != NO_ORGANIZATION
-            and by_organization[organization] >= cap
+            and self.by_organization[organization] >= cap
         )
+
+    def restore(self, levels: dict[int, _Level], promises: _Promises) -> None:
+        """Organizations skipped at their cap keep their place for the next pass."""
+        for priority, organization in reversed(self.levels):
+            level = levels.get(priority)
+            if level is None:
+                level = levels[priority] = _Level()
+            if organization in level.heaps:
+                level.turn.appendleft(organization)
+        for head in self.promises:
+            heapq.heappush(promises.heads, head)
 
 
 SHARE_SEPARATOR = "\x1f"

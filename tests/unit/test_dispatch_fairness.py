@@ -386,5 +386,5 @@ def test_promise_entries_left_by_issued_commands_are_dropped() -> None:
         for command in list(queue.in_flight_ids()):
             queue.release(command, ReleaseOutcome.COMPLETED)
 
-    entries = sum(len(heap) for heap in queue._promises.values())
+    entries = sum(len(heap) for heap in queue._promises.heaps.values())
     assert entries <= 2 * queue.waiting_count + dispatch.PROMISE_HEAPS_SLACK + 1
