@@ -6,7 +6,6 @@ scheduling runs in other consumers and never waits on it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -28,8 +27,10 @@ from schemas.internal import CommandTimedOut, ConfigPublished
 from schemas.results import ScanCompleted, ScanStatus
 from streams import codec
 from streams.codec import Undecodable
-from streams.projection import alerts, audit, trends
+from streams.projection import audit, trends
+from streams.projection.alert_round import AlertRound
 from streams.projection.audit import AuditEntry
+from streams.projection.progress import ProgressRecorder
 from streams.projection.writer import BatchSummary, Change, apply, event_time
 from streams.topology import HOSTS
 
@@ -43,13 +44,6 @@ version guard makes the replay harmless. Committing every poll cost more than ap
 FETCH_MIN_BYTES = 64 * 1024
 FETCH_MAX_WAIT_MS = 50
 """Fuller fetches under load, for at most 50 ms of added projection lag when idle."""
-ALERTS_PER_SEND = 500
-ALERTS_ACK_SECONDS = 30.0
-ALERTS_RETRY_SECONDS = (1.0, 60.0)
-"""After a failed alert round, wait this long before the next (doubling up to the second)."""
-CAUGHT_UP_RECORDS = 1000
-"""Time-based alerts wait while more records than this are unread: a read model still
-catching up (a restart, a rebuild) holds old scan times and would raise false alarms."""
 
 
 class Projector:
@@ -76,17 +70,8 @@ class Projector:
         }
         self.applied = 0
         self.skipped = 0
-        self.alerts_raised = 0
-        self.alerts_resolved = 0
-        self.alerts_published = 0
-        self._alerts_pending = True  # Rows left unpublished by a previous run are sent first.
-        self._alerts_failing = False
-        self._alerts_retry_at = 0.0
-        self._alerts_backoff = ALERTS_RETRY_SECONDS[0]
-        self._checked_at = 0.0
-        self._progress_written: dict[TopicPartition, tuple[int, float]] = {}
-        """Per partition, the backlog and lag in seconds this projector last recorded."""
-        self._progress_assignment: set[TopicPartition] = set()
+        self.alert_round = AlertRound(settings, clock)
+        self._progress = ProgressRecorder(clock)
 
     def register_metrics(self, registry: Registry) -> None:
         registry.add(
@@ -108,14 +93,17 @@ class Projector:
                 "kairos_alerts_total",
                 "Alerts raised and resolved by this projector.",
                 ("change",),
-                read=lambda: {("raised",): self.alerts_raised, ("resolved",): self.alerts_resolved},
+                read=lambda: {
+                    ("raised",): self.alert_round.raised,
+                    ("resolved",): self.alert_round.resolved,
+                },
             )
         )
         registry.add(
             CounterReading(
                 "kairos_alerts_published_total",
                 "Alert changes acknowledged on the alerts topic.",
-                read=lambda: {(): self.alerts_published},
+                read=lambda: {(): self.alert_round.published},
             )
         )
 
@@ -151,7 +139,7 @@ class Projector:
                 changes, newest = self._decode(batches)
                 if changes:
                     conn = await self._apply_until_done(consumer, conn, changes, newest)
-                conn = await self._alert_round(conn, producer, await self._lag(consumer))
+                conn = await self.alert_round.run(conn, producer, await self._lag(consumer))
                 uncommitted = uncommitted or bool(batches)
                 if uncommitted and time.monotonic() - committed_at >= COMMIT_EVERY_SECONDS:
                     await self._commit(consumer)
@@ -213,9 +201,9 @@ class Projector:
                     conn,
                     also=partial(self._in_batch, conn, entries, scored, consumer, newest, progress),
                 )
-                self._progress_written.update(progress)
+                self._progress.committed(progress)
                 self.applied += summary.applied
-                self._count_alerts(summary.alerts)
+                self.alert_round.count(summary.alerts)
                 if failing:
                     log.warning("PostgreSQL is back; projection resumed")
                     consumer.resume(*consumer.assignment())
@@ -236,80 +224,6 @@ class Projector:
                 await consumer.getmany(timeout_ms=int(backoff * 1000))
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
-    async def _alert_round(
-        self, conn: psycopg.AsyncConnection | None, producer: AIOKafkaProducer, lag: int
-    ) -> psycopg.AsyncConnection | None:
-        """Check the time-based alerts when due, then publish what is unpublished.
-
-        A failure is reported once and retried on a later round; alerts wait in the read
-        model meanwhile, and projection goes on.
-        """
-        due = (
-            time.monotonic() - self._checked_at >= self.settings.alert_check_seconds
-            and lag <= CAUGHT_UP_RECORDS
-        )
-        if not (due or self._alerts_pending) or time.monotonic() < self._alerts_retry_at:
-            return conn
-        try:
-            if conn is None or conn.closed:
-                conn = await connect(self.settings.database_url, timeout=5)
-            if due:
-                self._checked_at = time.monotonic()
-                counts = await alerts.check_time_conditions(
-                    conn, self.clock.now(), more=(trends.check_organization_trends,)
-                )
-                self._count_alerts(counts)
-                self._alerts_pending = True
-            while self._alerts_pending:
-                waiting = await alerts.unpublished(conn, ALERTS_PER_SEND)
-                if waiting:
-                    await self._send_alerts(producer, waiting)
-                    await alerts.mark_published(conn, waiting)
-                    self.alerts_published += len(waiting)
-                self._alerts_pending = len(waiting) == ALERTS_PER_SEND
-            if self._alerts_failing:
-                log.warning("alerts are checked and published again")
-                self._alerts_failing = False
-                self._alerts_backoff = ALERTS_RETRY_SECONDS[0]
-        except (DatabaseUnavailable, psycopg.OperationalError, KafkaError, TimeoutError) as error:
-            if not self._alerts_failing:
-                log.warning(
-                    "alerts not published yet (%s); retrying",
-                    str(error).splitlines()[0] if str(error) else type(error).__name__,
-                )
-                self._alerts_failing = True
-            self._alerts_pending = True
-            # Projection goes on meanwhile; a database or broker that is away is not asked
-            # again on every poll.
-            self._alerts_retry_at = time.monotonic() + self._alerts_backoff
-            self._alerts_backoff = min(self._alerts_backoff * 2, ALERTS_RETRY_SECONDS[1])
-            if conn is not None and conn.closed:
-                conn = None
-        return conn
-
-    async def _send_alerts(self, producer: AIOKafkaProducer, waiting: list[Any]) -> None:
-        topic = self.settings.topics.alerts
-        sent = [
-            await producer.send(
-                topic, alert.model_dump_json().encode(), key=alert.subject_id.encode()
-            )
-            for alert in waiting
-        ]
-        # Wait without cancelling: the producer still owns the delivery futures.
-        done, pending = await asyncio.wait(sent, timeout=ALERTS_ACK_SECONDS)
-        if pending:
-            raise TimeoutError(f"{len(pending)} alert changes not acknowledged")
-        for future in done:
-            error = future.exception()
-            if error is not None:
-                raise error
-
-    def _count_alerts(self, counts: alerts.AlertCounts) -> None:
-        self.alerts_raised += counts.raised
-        self.alerts_resolved += counts.resolved
-        if counts.raised or counts.resolved:
-            self._alerts_pending = True
-
     async def _in_batch(
         self,
         conn: psycopg.AsyncConnection,
@@ -324,69 +238,7 @@ class Projector:
         of the hosts that got results (their results written by now), progress rows."""
         await audit.record(conn, entries)
         applied.alerts.add(await trends.apply_score_trends(conn, scored))
-        await self._record_progress(conn, consumer, newest, written, applied)
-
-    async def _record_progress(
-        self,
-        conn: psycopg.AsyncConnection,
-        consumer: AIOKafkaConsumer,
-        newest: dict[TopicPartition, datetime],
-        written: dict[TopicPartition, tuple[int, float]],
-        _applied: BatchSummary,
-    ) -> None:
-        """The projection_progress rows of this projector's partitions, in the batch's
-        transaction; what was written goes into `written`.
-
-        One row per partition, so that projectors sharing the group (several workers that
-        each project) do not overwrite one another's figures. A partition the batch did not
-        read is written only when its backlog changed: caught up, its lag is 0; behind, it
-        keeps the lag its last change gave it.
-        """
-        assignment = consumer.assignment()
-        if assignment != self._progress_assignment:
-            # Partitions that were away may have been written by their other owner meanwhile.
-            self._progress_written.clear()
-            self._progress_assignment = set(assignment)
-        now = self.clock.now()
-        sources: list[str] = []
-        newest_at: list[datetime | None] = []
-        lags: list[int] = []
-        lags_seconds: list[float] = []
-        for partition in sorted(assignment):
-            highwater = consumer.highwater(partition)
-            if highwater is None:
-                continue  # Not fetched yet: its backlog is not known.
-            lag = max(0, highwater - await consumer.position(partition))
-            at = newest.get(partition)
-            before = self._progress_written.get(partition)
-            if at is not None:
-                lag_seconds = max(0.0, (now - at).total_seconds())
-            elif before is not None and before[0] == lag:
-                continue
-            else:
-                lag_seconds = before[1] if before is not None and lag else 0.0
-            sources.append(f"{partition.topic}:{partition.partition}")
-            newest_at.append(at)
-            lags.append(lag)
-            lags_seconds.append(lag_seconds)
-            written[partition] = (lag, lag_seconds)
-        if not sources:
-            return
-        await conn.execute(
-            "INSERT INTO projection_progress"
-            " (source, newest_event_at, applied_at, consumer_lag, lag_seconds)"
-            " SELECT source, newest_event_at, %s, consumer_lag, lag_seconds FROM unnest("
-            "%s::text[], %s::timestamptz[], %s::int8[], %s::float8[])"
-            " AS p(source, newest_event_at, consumer_lag, lag_seconds)"
-            " ON CONFLICT (source) DO UPDATE SET"
-            " newest_event_at = GREATEST(projection_progress.newest_event_at,"
-            " excluded.newest_event_at),"
-            # A partition the batch did not read keeps the time of its last applied change.
-            " applied_at = CASE WHEN excluded.newest_event_at IS NULL"
-            " THEN projection_progress.applied_at ELSE excluded.applied_at END,"
-            " consumer_lag = excluded.consumer_lag, lag_seconds = excluded.lag_seconds",
-            (now, sources, newest_at, lags, lags_seconds),
-        )
+        await self._progress.record(conn, consumer, newest, written)
 
     @staticmethod
     async def _lag(consumer: AIOKafkaConsumer) -> int:
