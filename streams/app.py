@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from typing import Any
 
 import faust
@@ -45,6 +47,14 @@ log = logging.getLogger(__name__)
 TICK_GAP_SECONDS = 0.05
 """The shortest wall time between two ticks: the hosts falling due meanwhile go out as one
 batch of `HostsDue` signals (at 1,000 due/s, about 20 hosts over the partitions)."""
+
+
+def _release() -> str:
+    """This release's version, as installed; `unknown` when run from a tree not installed."""
+    try:
+        return package_version("kairos-scheduler")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class Worker:
@@ -80,6 +90,8 @@ class Worker:
             broker_commit_interval=1.0,
             table_standby_replicas=0,
             consumer_group_instance_id=settings.group_instance_id,
+            # GET /workers shows each member's release from its client id.
+            broker_client_id=f"kairos-worker-{_release()}",
             # A poll's records, their messages and decoded events are built at once; bounding
             # the fetch bounds that peak, which pymalloc keeps as the process' size afterwards.
             # A smaller fetch trades a little CPU per result (more fetches) for that memory.

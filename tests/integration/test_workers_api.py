@@ -10,6 +10,7 @@ import asyncio
 import subprocess
 import time
 from collections import Counter
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,7 @@ async def test_workers_lists_two_members_one_owning_the_dispatch_queue(
             assert {(topic, number) for number in range(settings.partitions)} <= set(counted)
         for member in body["members"]:
             assert member["client_id"] and member["client_host"]
+            assert member["version"] == package_version("kairos-scheduler")
             assert member["partitions"], "a member with nothing assigned"
             assert member["lag"] == sum(p["lag"] or 0 for p in member["partitions"])
 
