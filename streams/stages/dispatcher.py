@@ -315,6 +315,7 @@ class Dispatcher:
             state = await recovered(self.table, self._guard)
             self._released.reset(state.released)
             self.queue = queue = state.queue
+            self._blocked = None  # Looked at afresh, not through what the last queue held.
             # Recovery runs on every worker; the partition's owner sends.
             resend = state.in_flight if self.owned() else []
             # A slot is durable before its command is sent, so a kill -9 in between leaves
