@@ -8,7 +8,6 @@ once released (a deleted host never)."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ from tests.support.kafka import (
     start_producer,
     wait_until,
 )
+from tests.support.metrics import sample
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +42,9 @@ HELD = {
 
 
 def _metric(settings: Settings, name: str) -> float:
-    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise AssertionError(f"{name} not exposed")
+    value = sample(settings, name)
+    assert value is not None, f"{name} not exposed"
+    return value
 
 
 async def test_controls_hold_claims_waiting_behind_a_saturated_cap(

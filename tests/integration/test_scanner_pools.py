@@ -19,6 +19,7 @@ from schemas.config import ScannerSpec
 from schemas.topics import CONFIG_KEY
 from tests.support.factories import host_created, scan_result, schedule_triggered, schedule_upserted
 from tests.support.kafka import Collector, configure, publish, start_producer, wait_until
+from tests.support.metrics import sample
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +46,7 @@ async def _register(settings: Settings, producer: Any, spec: ScannerSpec) -> Non
 
 
 def _gauge(settings: Settings, name: str, scanner: str) -> float:
-    import urllib.request
-
-    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(f'{name}{{scanner="{scanner}"}} '):
-                return float(line.split()[1])
-    return 0.0
+    return sample(settings, name, scanner=scanner) or 0.0
 
 
 async def test_two_scanner_pools_fill_independently_and_an_inactive_one_is_held(
