@@ -7,16 +7,15 @@ the broker to hold a fetch for at most `FETCH_MAX_WAIT_MS`, not the 1,500 ms fau
 for the partitions with nothing buffered: a partition whose records the agents have just
 handled joins only the next request. When the request in flight asks only for partitions
 with no new records, the broker holds it for the whole wait, and the partition that was
-drained waits with it — the dispatch queue, or a host partition with claims to make. In
-`bench steady --quick` that showed as one to two seconds with almost no command issued, then
-a burst (bench/README.md, "A fetch held for 1.5 s"). An idle worker pays for it with ten
-empty fetch requests per second to each broker.
+drained waits with it — the dispatch queue, or a host partition with claims to make: seconds
+with almost no command issued, then a burst. An idle worker pays for the shorter wait with
+more empty fetch requests to each broker.
 
 Records of the topics a `BatchInputs` names do not go through Faust's conductor, agent queue
-and stream, a pass that costs more than handling the record (PERF-NOTES, "Per-operation
-costs"). They are handed to `BatchInputs.handle_batch` in fetch order (each partition's in its
-offset order), in the consumer's own loop, at most `BATCH_MAX_RECORDS` at a time and for at
-most `SLICE_SECONDS` per call. A fetch not worked through in its slice is continued by the next
+and stream, a pass that costs more than handling the record. They are handed to
+`BatchInputs.handle_batch` in fetch order (each partition's in its offset order), in the
+consumer's own loop, at most `BATCH_MAX_RECORDS` at a time and for at most `SLICE_SECONDS`
+per call. A fetch not worked through in its slice is continued by the next
 calls, and each of those first fetches the partitions Faust's agents read (not the inputs), so
 the dispatcher sees the claims of the last slice while a backlog of inputs lasts. Handled in
 one go, a fetch of 100,000 due hosts held every command back until its end. A stage may also
