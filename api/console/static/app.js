@@ -78,6 +78,9 @@ async function start() {
   route();
 }
 
+let routed = 0;
+// The latest route asked for; a page rendered for an earlier one is not kept.
+
 async function route() {
   if (!session.role) return;
   if (stopView) stopView();
@@ -88,11 +91,17 @@ async function route() {
     if (!match) continue;
     const params = new URLSearchParams(location.hash.split("?")[1] || "");
     const args = match.slice(1).map(decodeURIComponent);
-    fill(main, h("p", { className: "muted" }, "Loading…"));
+    // Each page renders into a container of its own: one still loading when the next is
+    // asked for fills its own detached container, never the page shown after it.
+    const generation = ++routed;
+    const page = h("div", { className: "page" }, h("p", { className: "muted" }, "Loading…"));
+    fill(main, page);
     try {
-      stopView = (await view({ main, session, params, args })) || null;
+      const stop = (await view({ main: page, session, params, args })) || null;
+      if (generation === routed) stopView = stop;
+      else if (stop) stop();
     } catch (error) {
-      fill(main, notice(`${error.status || ""} ${error.message}`, true));
+      fill(page, notice(`${error.status || ""} ${error.message}`, true));
     }
     return;
   }
